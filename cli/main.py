@@ -1,0 +1,137 @@
+"""The ``lumen-ex`` command: each subcommand parses its arguments and calls one library function.
+
+Errors a user can fix are one line plus the next step (exit code 2 for usage, 3 when the grader
+cannot run); a traceback appears only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from lumen_ex import __version__
+from lumen_ex.errors import LumenError
+
+SANDBOXES = ("auto", "docker", "bwrap", "none")
+workspace_option = click.option("--workspace", "-w", type=click.Path(file_okay=False, path_type=Path),
+                                help="The workspace folder (default: found from the current folder).")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="lumen-ex")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Exercises for learning how transformers work, graded by hidden tests.
+
+    Start with `lumen-ex init my-work`, edit my-work/01-attention/attention.py,
+    then run `lumen-ex check 1` inside my-work.
+    """
+    ctx.obj = {"debug": debug}
+
+
+@cli.command("list")
+@workspace_option
+def list_cmd(workspace: Path | None) -> None:
+    """List the exercises, with your progress."""
+    from lumen_ex.progress import list_exercises
+
+    from .render import console, render_list
+
+    render_list(console(), *list_exercises(workspace))
+
+
+@cli.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+def init(directory: Path) -> None:
+    """Create a workspace in DIRECTORY with every exercise's stub and README."""
+    from lumen_ex.catalog import load
+    from lumen_ex.workspace import Workspace
+
+    from .render import console, render_init
+
+    render_init(console(), Workspace.create(directory, load()), directory)
+
+
+@cli.command()
+@click.argument("exercise")
+@workspace_option
+@click.option("--sandbox", type=click.Choice(SANDBOXES), default="auto", show_default=True,
+              help="Where your code runs: docker, bwrap, or none (a separate process, not isolated).")
+@click.option("--format", "fmt", type=click.Choice(("rich", "json")), default="rich", show_default=True)
+@click.option("--seed", type=int, default=None, help="Seed for the hidden inputs (default: random; shown in the output).")
+@click.option("--device", type=click.Choice(("auto", "cpu", "cuda")), default="auto", show_default=True)
+@click.pass_context
+def check(ctx, exercise: str, workspace: Path | None, sandbox: str, fmt: str, seed: int | None, device: str) -> None:
+    """Check EXERCISE (its number or slug) against the hidden tests."""
+    from lumen_ex.check import run_check
+
+    result = run_check(exercise, workspace=workspace, sandbox=sandbox, seed=seed, device=device)
+    if fmt == "json":
+        click.echo(result.to_json())
+    else:
+        from .render import console, render_result
+
+        render_result(console(), result)
+    ctx.exit(result.exit_code())
+
+
+@cli.command()
+@click.argument("exercise")
+@workspace_option
+def hint(exercise: str, workspace: Path | None) -> None:
+    """Show the next hint for EXERCISE (one more each time you ask)."""
+    from lumen_ex.progress import next_hint
+
+    from .render import console, render_hint
+
+    render_hint(console(), next_hint(exercise, workspace))
+
+
+@cli.command()
+@click.option("--format", "fmt", type=click.Choice(("rich", "json")), default="rich", show_default=True)
+def doctor(fmt: str) -> None:
+    """Show which sandboxes, devices and versions are available, and what to install."""
+    from lumen_ex.doctor import diagnose
+
+    report = diagnose()
+    if fmt == "json":
+        import json
+
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        from .render import console, render_doctor
+
+        render_doctor(console(), report)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI, turning known errors into one line and an exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        code = cli.main(args=args, prog_name="lumen-ex", standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except LumenError as exc:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001  the last resort: never a bare traceback for users
+        if debug:
+            traceback.print_exc()
+        click.echo(f"Error: lumen-ex failed unexpectedly: {type(exc).__name__}: {exc}. "
+                   "Run again with --debug for the traceback, and please report it.", err=True)
+        sys.exit(3)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,245 @@
+"""Hidden suite for exercise 1: scaled_dot_product_attention and causal_mask.
+
+Every test builds seeded float64 inputs on the CPU, computes the reference from them, sends the
+inputs (cast to the dtype under test) to the learner's code through ``submission``, and checks what
+came back shape first. The docstring's first line is what the learner sees as the test's name.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lumen_ex.graders.support import expect, inputs
+from lumen_ex.graders.support.expect import Expected, Tolerance, fail
+from lumen_ex.reference import attention as ref
+
+from .variants import causal_variants, output_variants
+
+SDPA = "scaled_dot_product_attention"
+EXACT = Tolerance(0.0, 0.0)
+
+
+def attend(submission, case, *, dtype=torch.float32, device="cpu", **options):
+    """Call the learner's attention on ``case`` and return the CallResult and its (output, weights)."""
+    q, k, v = case.cast(dtype)
+    kwargs = {} if case.mask is None else {"mask": case.mask}
+    result = submission.call(SDPA, (q, k, v), kwargs, device=device, **options)
+    return result, expect.returns(result.value, ("output", "weights"), SDPA)
+
+
+def check_attention(submission, case, *, dtype=torch.float32, device="cpu", **options):
+    """The learner's (output, weights) must match the float64 reference on ``case``."""
+    result, (out, weights) = attend(submission, case, dtype=dtype, device=device, **options)
+    exp_out, exp_w = ref.scaled_dot_product_attention(case.q, case.k, case.v, case.mask)
+    expect.tensors([
+        Expected(out, exp_out, "output", case.axes("L_q", "d_v"),
+                 lambda: output_variants(case.q, case.k, case.v, case.mask, which=0)),
+        Expected(weights, exp_w, "weights", case.axes("L_q", "L_k"),
+                 lambda: output_variants(case.q, case.k, case.v, case.mask, which=1)),
+    ], sizes=case.sizes, dtype=dtype, device=device)
+    return result
+
+
+# -------------------------------------------------------------------------------------------------
+# The contract
+
+
+@pytest.mark.group("contract")
+def test_functions_defined(submission):
+    """both functions have the stub's parameters"""
+    expect.signature(submission, SDPA, ["q", "k", "v", "mask"], defaults={"mask": "None"})
+    expect.signature(submission, "causal_mask", ["L_q", "L_k", "device"], defaults={"L_k": "None", "device": "None"})
+
+
+@pytest.mark.group("contract")
+def test_returns_output_and_weights(submission, seed, device):
+    """returns a pair (output, weights)"""
+    attend(submission, inputs.attention_case(seed), device=device)
+
+
+# -------------------------------------------------------------------------------------------------
+# Shapes, batched and unbatched
+
+
+@pytest.mark.group("shapes")
+@pytest.mark.parametrize("batch_axes", [("B", "H"), ("B",), ()], ids=["4d", "3d", "2d"])
+def test_shapes(submission, seed, device, batch_axes):
+    """output (..., L_q, d_v), weights (..., L_q, L_k)"""
+    case = inputs.attention_case(seed, batch_axes=batch_axes)
+    _, (out, weights) = attend(submission, case, device=device)
+    exp_out, exp_w = ref.scaled_dot_product_attention(case.q, case.k, case.v)
+    expect.shape(out, exp_out.shape, what="output", axes=case.axes("L_q", "d_v"), sizes=case.sizes)
+    expect.shape(weights, exp_w.shape, what="weights", axes=case.axes("L_q", "L_k"), sizes=case.sizes)
+
+
+# -------------------------------------------------------------------------------------------------
+# Values without a mask
+
+
+@pytest.mark.group("values")
+@pytest.mark.parametrize("batch_axes", [("B", "H"), ()], ids=["4d", "2d"])
+def test_values(submission, seed, device, batch_axes):
+    """values match the reference (float32)"""
+    check_attention(submission, inputs.attention_case(seed, batch_axes=batch_axes), device=device)
+
+
+@pytest.mark.group("values")
+def test_values_single_query(submission, seed, device):
+    """a single query (L_q = 1)"""
+    check_attention(submission, inputs.attention_case(seed, L_q=1, L_k=9), device=device)
+
+
+@pytest.mark.group("values")
+def test_values_realistic_size(submission, seed, device):
+    """realistic sizes (d_k = 64, L_k = 80)"""
+    case = inputs.attention_case(seed, B=2, H=4, L_q=48, L_k=80, d_k=64, d_v=32)
+    check_attention(submission, case, device=device)
+
+
+# -------------------------------------------------------------------------------------------------
+# Masks
+
+
+@pytest.mark.group("masks")
+@pytest.mark.parametrize("kind", ["full", "broadcast", "heads"])
+def test_mask(submission, seed, device, kind):
+    """a bool mask hides the keys marked False"""
+    check_attention(submission, inputs.attention_case(seed, mask=kind), device=device)
+
+
+@pytest.mark.group("masks")
+def test_masked_weights_are_zero(submission, seed, device):
+    """masked keys get exactly zero weight"""
+    case = inputs.attention_case(seed, mask="full")
+    _, (_, weights) = attend(submission, case, device=device)
+    expect.shape(weights, case.mask.shape, what="weights", axes=case.axes("L_q", "L_k"), sizes=case.sizes)
+    leaked = weights.to(torch.float64).masked_fill(case.mask, 0).abs()
+    if float(leaked.max()) > 0:
+        idx = [int(i) for i in (leaked == leaked.max()).nonzero()[0]]
+        raise fail("property", f"a masked key still gets weight {float(leaked.max()):.3g} at {idx}",
+                   expected=0.0, got=float(leaked.max()), details={"index": idx},
+                   hint="Set masked scores to float('-inf') before the softmax: exp(-inf) is exactly 0.")
+
+
+# -------------------------------------------------------------------------------------------------
+# The causal mask
+
+
+@pytest.mark.group("causal")
+@pytest.mark.parametrize("L_q,L_k", [(6, None), (4, 7), (1, 5), (5, 5)], ids=["square", "rectangular", "single-query", "explicit-square"])
+def test_causal_mask(submission, device, L_q, L_k):
+    """causal_mask: bool, aligned bottom-right"""
+    got = submission.causal_mask(L_q, L_k) if L_k is not None else submission.causal_mask(L_q)
+    L_k = L_q if L_k is None else L_k
+    expected = ref.causal_mask(L_q, L_k)
+    sizes = {"L_q": L_q, "L_k": L_k} if L_q != L_k else {"L": L_q}
+    axes = ("L_q", "L_k") if L_q != L_k else ("L", "L")
+    expect.tensor(got, expected, what="causal_mask", axes=axes, sizes=sizes, dtype=torch.bool,
+                  device="cpu", tol=EXACT, variants=lambda: causal_variants(L_q, L_k))
+
+
+@pytest.mark.group("causal")
+def test_causal_mask_on_device(submission, device):
+    """causal_mask on the device it is given"""
+    got = submission.call("causal_mask", (3, 5), {"device": torch.device(device)}, device=device).value
+    expect.tensor(got, ref.causal_mask(3, 5), what="causal_mask", axes=("L_q", "L_k"),
+                  sizes={"L_q": 3, "L_k": 5}, dtype=torch.bool, device=device, tol=EXACT)
+
+
+@pytest.mark.group("causal")
+def test_causal_attention_no_future_leakage(submission, seed, device):
+    """no leakage from future keys and values"""
+    L = 6
+    case = inputs.attention_case(seed, batch_axes=("B",), L_q=L, L_k=L, mask=None)
+    case.mask = ref.causal_mask(L)
+    base_out = check_attention(submission, case, device=device).value[0].to(torch.float64)
+    gen = inputs.generator(seed + 1)
+    for t in range(L - 1):
+        probe = inputs.AttentionCase(case.q, case.k.clone(), case.v.clone(), case.mask, case.sizes, case.batch_axes)
+        probe.k[:, t + 1:] = inputs.randn(gen, *probe.k[:, t + 1:].shape) * 100
+        probe.v[:, t + 1:] = inputs.randn(gen, *probe.v[:, t + 1:].shape) * 100
+        _, (out, _) = attend(submission, probe, device=device)
+        change = (out.to(torch.float64)[:, : t + 1] - base_out[:, : t + 1]).abs().max()
+        if float(change) > 1e-4:
+            raise fail("property", f"output of query {t} changed by {float(change):.3g} when only keys/values after "
+                       f"position {t} changed: information leaks from the future",
+                       details={"position": t},
+                       hint="Masked scores must be -inf before the softmax; zeroing or multiplying lets the "
+                            "future leak through the softmax's normaliser or the values.")
+
+
+# -------------------------------------------------------------------------------------------------
+# Dtypes and memory layout
+
+
+@pytest.mark.group("dtypes")
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16], ids=["float64", "float16", "bfloat16"])
+def test_dtype(submission, seed, device, dtype):
+    """keeps the inputs' dtype"""
+    check_attention(submission, inputs.attention_case(seed, mask="full"), dtype=dtype, device=device)
+
+
+@pytest.mark.group("properties")
+def test_noncontiguous_inputs(submission, seed, device):
+    """non-contiguous inputs (reshape, not view)"""
+    check_attention(submission, inputs.attention_case(seed, mask="full"), device=device, noncontiguous=True)
+
+
+# -------------------------------------------------------------------------------------------------
+# Properties
+
+
+@pytest.mark.group("properties")
+def test_weight_rows_sum_to_one(submission, seed, device):
+    """each query's weights sum to 1"""
+    for mask in (None, "full"):
+        case = inputs.attention_case(seed, mask=mask)
+        _, (_, weights) = attend(submission, case, device=device)
+        expect.shape(weights, (*case.q.shape[:-1], case.k.shape[-2]), what="weights",
+                     axes=case.axes("L_q", "L_k"), sizes=case.sizes)
+        sums = weights.to(torch.float64).sum(-1)
+        off = (sums - 1).abs()
+        if float(off.max()) > 1e-4:
+            idx = [int(i) for i in (off == off.max()).nonzero()[0]]
+            raise fail("property", f"weight rows sum to between {float(sums.min()):.3g} and {float(sums.max()):.3g}, "
+                       f"not 1 (worst at {idx})", expected=1.0, got=float(sums.flatten()[int(off.argmax())]),
+                       hint="Softmax over the keys (dim=-1), and mask before the softmax, not after it.")
+
+
+@pytest.mark.group("properties")
+def test_inputs_unchanged(submission, seed, device):
+    """inputs are not modified in place"""
+    case = inputs.attention_case(seed, mask="full")
+    q, k, v = case.cast(torch.float32)
+    result = submission.call(SDPA, (q, k, v, case.mask), echo_args=True, device=device)
+    for name, before, after in zip(("q", "k", "v", "mask"), (q, k, v, case.mask), result.args_after or ()):
+        if after.shape != before.shape or not torch.equal(after, before):
+            raise fail("property", f"your function modified its input {name} in place",
+                       hint="Use out-of-place operations (masked_fill, not masked_fill_; x = x / s, not x /= s).")
+
+
+@pytest.mark.group("properties")
+def test_gradients_flow(submission, seed, device):
+    """gradients reach q, k and v"""
+    case = inputs.attention_case(seed, mask="full", L_q=3, L_k=4, d_k=5, d_v=2, B=2, H=1)
+    gen = inputs.generator(seed + 7)
+    exp_out, exp_w = ref.scaled_dot_product_attention(case.q, case.k, case.v, case.mask)
+    g_out, g_w = inputs.randn(gen, *exp_out.shape), inputs.randn(gen, *exp_w.shape)
+    result = submission.call(SDPA, (case.q, case.k, case.v), {"mask": case.mask}, device=device,
+                             grad_wrt=(0, 1, 2), grad_seeds=(g_out, g_w))
+    expect.returns(result.value, ("output", "weights"), SDPA)
+    q, k, v = (t.clone().requires_grad_() for t in (case.q, case.k, case.v))
+    out, w = ref.scaled_dot_product_attention(q, k, v, case.mask)
+    expected = torch.autograd.grad((out * g_out).sum() + (w * g_w).sum(), (q, k, v))
+    expect.gradients(result, expected, names=("q", "k", "v"))
+
+
+# -------------------------------------------------------------------------------------------------
+# CUDA (worth no points: not every machine has a GPU)
+
+
+@pytest.mark.group("cuda")
+def test_cuda(submission, seed, cuda):
+    """runs on the GPU"""
+    check_attention(submission, inputs.attention_case(seed, mask="broadcast"), device=cuda)

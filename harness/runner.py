@@ -1,0 +1,58 @@
+"""Run one hidden suite with pytest, in this (trusted) process, against a worker pool.
+
+pytest is configured so that nothing outside lumen-ex can change how it runs: no plugin
+autoloading, no cache, no conftest files, no ini file but ours, and no terminal output. The
+learner's files are never on pytest's path: their code exists only in the worker.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from lumen_ex.results import Diagnosis, Status, TestResult
+
+from .plugin import GradingPlugin
+from .proxy import Submission
+
+
+def suite_dir(suite: str) -> Path:
+    from lumen_ex import graders
+
+    return Path(graders.__file__).resolve().parent / suite
+
+
+def run_suite(suite: str, submission: Submission, *, seed: int, device: str,
+              select: str | None = None) -> tuple[list[TestResult], list[str]]:
+    """Run the suite; return its results in file order and any collection errors."""
+    plugin = GradingPlugin(submission, seed=seed, device=device)
+    here = suite_dir(suite)
+    args = [
+        str(here),
+        "-c", str(here.parent / "pytest.ini"),
+        "--rootdir", str(here.parent),
+        "-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:stepwise",
+        "--noconftest", "--import-mode=importlib",
+    ]
+    if select:
+        args += ["-k", select]
+    saved = os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    try:
+        pytest.main(args, plugins=[plugin])
+    finally:
+        if saved is None:
+            os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
+        else:
+            os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = saved
+    results = plugin.ordered()
+    if not results and not plugin.collect_errors:
+        plugin.collect_errors.append(f"no tests were collected from {here}")
+    return results, plugin.collect_errors
+
+
+def grader_error(message: str) -> TestResult:
+    return TestResult(id="grader", name="the grader ran", group="grader", status=Status.ERROR,
+                      message=message, diagnosis=Diagnosis("grader", message))

@@ -1,0 +1,169 @@
+"""The one result record that every output format is a view of.
+
+A check produces a :class:`RunResult` holding one :class:`TestResult` per hidden test. Failures
+carry a :class:`Diagnosis` (what kind of check failed, expected vs got, where, and the likely
+misconception), never just a string, so the terminal, JSON and LMS renderers all say the same
+thing. The JSON form is versioned: see docs/result-schema.md and docs/result.schema.json.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = "1"
+
+
+class Status(str, enum.Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    SKIPPED = "skipped"
+
+
+# Diagnosis kinds, in the order a test checks them: an earlier kind explains a later one.
+DIAGNOSIS_KINDS = (
+    "import",        # the learner's file could not be imported
+    "missing",       # a graded function is not defined
+    "signature",     # it is defined with the wrong parameters
+    "exception",     # the learner's code raised
+    "forbidden",     # it called an API the exercise forbids
+    "arity",         # it returned the wrong number of values
+    "type",          # it returned something that is not a tensor
+    "shape",
+    "dtype",
+    "device",
+    "nonfinite",     # NaN or inf where the expected values are finite
+    "values",
+    "property",      # weights sum to 1, no future leakage, gradients, inputs unchanged, cost ...
+    "timeout",       # a call ran past its time limit
+    "crash",         # the worker process died (exit code or signal)
+    "protocol",      # the worker sent something that is not a valid reply
+    "grader",        # the grader itself failed: never the learner's fault
+)
+
+
+@dataclass
+class Diagnosis:
+    """Why a test failed, as data: the renderers decide how to show it."""
+
+    kind: str
+    summary: str                          # one line a learner can act on
+    expected: Any = None                  # JSON-able: a shape, a dtype, a number ...
+    got: Any = None
+    details: dict[str, Any] = field(default_factory=dict)
+    misconception: str | None = None      # the named mistake that explains the error, if known
+    hint: str | None = None               # what to try next
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v not in (None, {}, [])}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Diagnosis:
+        return cls(**{k: data.get(k) for k in ("kind", "summary", "expected", "got", "misconception", "hint")},
+                   details=data.get("details") or {})
+
+
+@dataclass
+class TestResult:
+    id: str
+    name: str
+    group: str
+    status: Status
+    score: float = 0.0
+    max_score: float = 0.0
+    message: str = ""
+    diagnosis: Diagnosis | None = None
+    output: str = ""
+    duration: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "group": self.group,
+            "status": self.status.value,
+            "score": round(self.score, 4),
+            "max_score": round(self.max_score, 4),
+            "message": self.message,
+            "diagnosis": self.diagnosis.to_dict() if self.diagnosis else None,
+            "output": self.output,
+            "duration": round(self.duration, 4),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TestResult:
+        diag = data.get("diagnosis")
+        return cls(id=data["id"], name=data["name"], group=data["group"], status=Status(data["status"]),
+                   score=data["score"], max_score=data["max_score"], message=data["message"],
+                   diagnosis=Diagnosis.from_dict(diag) if diag else None,
+                   output=data.get("output", ""), duration=data.get("duration", 0.0))
+
+
+@dataclass
+class SandboxInfo:
+    backend: str                          # "bwrap" | "docker" | "none"
+    isolated: bool
+    limits: dict[str, str] = field(default_factory=dict)   # what enforced each limit
+    note: str = ""
+
+
+@dataclass
+class RunResult:
+    exercise: dict[str, Any]              # {"number", "slug", "title"}
+    status: Status                        # pass | fail | error (error: the grader could not run)
+    sandbox: SandboxInfo
+    device: str
+    seed: int
+    score: float = 0.0
+    max_score: float = 0.0
+    duration: float = 0.0
+    message: str = ""
+    tests: list[TestResult] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def first_failure(self) -> TestResult | None:
+        return next((t for t in self.tests if t.status not in (Status.PASS, Status.SKIPPED)), None)
+
+    def exit_code(self) -> int:
+        """0 all passed, 1 a test failed, 3 the grader itself could not run."""
+        return {Status.PASS: 0, Status.FAIL: 1}.get(self.status, 3)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "exercise": self.exercise,
+            "status": self.status.value,
+            "score": round(self.score, 4),
+            "max_score": round(self.max_score, 4),
+            "duration": round(self.duration, 3),
+            "message": self.message,
+            "sandbox": asdict(self.sandbox),
+            "device": self.device,
+            "seed": self.seed,
+            "versions": self.versions,
+            "tests": [t.to_dict() for t in self.tests],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunResult:
+        return cls(exercise=data["exercise"], status=Status(data["status"]),
+                   sandbox=SandboxInfo(**data["sandbox"]), device=data["device"], seed=data["seed"],
+                   score=data["score"], max_score=data["max_score"], duration=data["duration"],
+                   message=data.get("message", ""), tests=[TestResult.from_dict(t) for t in data["tests"]],
+                   versions=data.get("versions", {}))
+
+
+class CheckFailed(AssertionError):
+    """Raised by hidden-test helpers: the submission failed a check, explained by ``diagnosis``."""
+
+    def __init__(self, diagnosis: Diagnosis):
+        super().__init__(diagnosis.summary)
+        self.diagnosis = diagnosis

@@ -1,0 +1,1 @@
+"""Sandbox backends behind one interface (sandbox/base.py): bwrap, docker, and unisolated."""

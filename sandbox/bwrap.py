@@ -1,0 +1,118 @@
+"""The bubblewrap sandbox: the worker in fresh namespaces, seeing only what it needs, read-only.
+
+What the worker gets: no network (its own empty network namespace), its own pid namespace, an
+unprivileged uid with no capabilities and no_new_privs, a clean environment, the Python runtime and
+the learner's workspace read-only, a small private /tmp, and none of the harness's descriptors.
+The lumen-ex package itself (hidden suites, reference) is masked with an empty tmpfs wherever it
+lies inside a mounted folder. Resource limits come from sandbox/limits.py: bwrap sets none.
+See shared/docs/sandbox.md for the pitfalls these flags avoid (root keeps capabilities without a
+user namespace; inherited fds leak in; mount order matters).
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from .base import WORKER_ENV, WORKER_FILES, Availability, Command, Launcher, WorkerSpec, harness_dir, python_runtime, worker_argv
+
+SANDBOX_UID = 65534
+INSTALL = "sudo apt-get install -y bubblewrap   (Fedora: sudo dnf install bubblewrap)"
+
+
+class BwrapLauncher(Launcher):
+    name = "bwrap"
+    isolated = True
+
+    @classmethod
+    def availability(cls) -> Availability:
+        return _probe()
+
+    def command(self, spec: WorkerSpec, fds: tuple[int, int]) -> Command:
+        runtime = python_runtime()
+        args = [
+            "bwrap",
+            "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+            "--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--hostname", "lumen-sandbox", "--clearenv",
+        ]
+        for key, value in WORKER_ENV.items():
+            args += ["--setenv", key, value]
+        args += ["--ro-bind", "/usr", "/usr"]
+        for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+            if os.path.islink(top):
+                args += ["--symlink", os.readlink(top), top]
+            elif os.path.isdir(top):
+                args += ["--ro-bind", top, top]
+        args += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        # /tmp before the runtime: a tmpfs mounted later would hide a runtime that lives under /tmp.
+        args += ["--size", str(spec.limits.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
+        for d in runtime.mounts:
+            if not Path(d).is_relative_to("/usr"):
+                args += ["--ro-bind", str(d), str(d)]
+        for hidden in _grader_dirs(runtime.mounts):
+            args += ["--tmpfs", hidden]
+        if spec.device == "cuda":
+            args += _cuda_args()
+        here = harness_dir()
+        for name in WORKER_FILES:
+            args += ["--ro-bind", str(here / name), f"/lumen/{name}"]
+        args += ["--ro-bind", str(spec.workspace.resolve()), "/workspace", "--chdir", "/tmp", "--"]
+        module_path = "/workspace/" + str(spec.module_dir.resolve().relative_to(spec.workspace.resolve()))
+        args += worker_argv(runtime.python, "/lumen", fds, list(runtime.extra_sites))
+        return Command(args, module_path.rstrip("/."))
+
+
+def _grader_dirs(mounts) -> list[str]:
+    """Folders of the installed lumen-ex package that a mount would expose: mask them all."""
+    import lumen_ex
+
+    found = []
+    for pkg_dir in _package_dirs(lumen_ex):
+        if any(Path(pkg_dir).is_relative_to(m) for m in mounts):
+            found.append(pkg_dir)
+    return found
+
+
+def _package_dirs(lumen_ex) -> list[str]:
+    import importlib.util
+
+    dirs = {str(Path(p).resolve()) for p in lumen_ex.__path__}
+    for sub in ("cli", "harness", "sandbox", "graders", "reference", "exercises"):
+        spec = importlib.util.find_spec(f"lumen_ex.{sub}")
+        if spec is not None and spec.submodule_search_locations:
+            dirs.update(str(Path(p).resolve()) for p in spec.submodule_search_locations)
+    return sorted(dirs)
+
+
+def _cuda_args() -> list[str]:
+    """GPU passthrough: device nodes need --dev-bind, and cuInit needs /sys (sandbox.md 3.6)."""
+    args = []
+    for node in sorted(glob.glob("/dev/nvidia*")):
+        if not os.path.isdir(node):
+            args += ["--dev-bind", node, node]
+    args += ["--ro-bind", "/sys", "/sys"]
+    return args
+
+
+@functools.lru_cache(maxsize=1)
+def _probe() -> Availability:
+    if shutil.which("bwrap") is None:
+        return Availability(False, "bubblewrap (bwrap) is not installed", INSTALL)
+    try:
+        subprocess.run(
+            ["bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--cap-drop", "ALL",
+             "--ro-bind", "/", "/", "--", "true"],
+            check=True, capture_output=True, timeout=20,
+        )
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+        detail = getattr(exc, "stderr", b"") or b""
+        reason = detail.decode(errors="replace").strip().splitlines()[-1:] or [str(exc)]
+        return Availability(False, f"bwrap cannot create a sandbox here: {reason[0]}",
+                            "enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1)")
+    return Availability(True)
