@@ -179,7 +179,7 @@ def _check_spec(spec) -> tuple[torch.dtype, tuple[int, ...], int]:
     if (
         not isinstance(shape, list)
         or len(shape) > MAX_DIMS
-        or not all(type(d) is int and 0 <= d <= MAX_TENSOR_BYTES for d in shape)
+        or not all(type(d) is int and 0 <= d < 2**40 for d in shape)
     ):
         raise ProtocolError("tensor shape must be a list of at most 8 non-negative ints")
     expected = math.prod(shape) * _itemsize(dtype)

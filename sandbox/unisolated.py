@@ -13,8 +13,8 @@ import tempfile
 
 from .base import Availability, Command, Launcher, WorkerSpec, harness_dir, python_runtime, worker_argv
 
-WARNING = ("NOT ISOLATED: your code ran in a separate process but with your own permissions "
-           "(no sandbox was available)")
+WARNING = ("NOT ISOLATED: your code ran in a separate process, but with your permissions: "
+           "it could read and change your files and use the network.")
 
 
 class UnisolatedLauncher(Launcher):

@@ -1,0 +1,135 @@
+"""The pipe format: round trips, and rejection of everything a hostile worker could send."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+import torch
+
+from lumen_ex.harness import wire
+from lumen_ex.harness.wire import FrameParser, ProtocolError
+
+
+def frame_of(header: dict, body: bytes = b"") -> bytes:
+    head = json.dumps(header).encode()
+    return struct.pack(">I", len(head)) + head + body
+
+
+def parse_all(data: bytes, chunk: int = 7):
+    """Feed ``data`` in small chunks, as a pipe would deliver it."""
+    parser, frames = FrameParser(), []
+    for i in range(0, len(data), chunk):
+        parser.feed(data[i : i + chunk])
+        while (frame := parser.next_frame()) is not None:
+            frames.append(frame)
+    return frames
+
+
+@pytest.mark.parametrize("dtype", list(wire.DTYPES.values()), ids=list(wire.DTYPES))
+def test_round_trip_every_dtype(dtype):
+    t = (torch.arange(24, dtype=torch.float64).reshape(2, 3, 4) % 3).to(dtype)
+    ((header, tensors),) = parse_all(wire.encode_frame({"id": 3}, [t]))
+    assert header["id"] == 3
+    assert tensors[0].dtype == dtype and tensors[0].shape == t.shape
+    assert torch.equal(tensors[0], t)
+
+
+def test_round_trip_value_tree_with_non_contiguous_and_empty_tensors():
+    a = torch.randn(3, 4).t()                       # non-contiguous
+    b = torch.empty(2, 0, 5)                        # no elements
+    tree, tensors = wire.pack((a, [b, None, 1.5, float("nan"), "x", True, 7], torch.device("cpu")))
+    ((header, got),) = parse_all(wire.encode_frame({"v": tree}, tensors))
+    value = wire.unpack(header["v"], got)
+    assert isinstance(value, tuple) and torch.equal(value[0], a) and value[0].is_contiguous()
+    assert value[1][0].shape == (2, 0, 5)
+    assert value[1][1] is None and value[1][2] == 1.5 and value[1][3] != value[1][3]
+    assert value[1][4:] == ["x", True, 7] and value[2] == torch.device("cpu")
+
+
+def test_rebuilt_tensors_are_plain_and_do_not_alias():
+    class Sneaky(torch.Tensor):
+        def __eq__(self, other):
+            return True
+
+    t = torch.zeros(3).as_subclass(Sneaky)
+    ((_, (got,)),) = parse_all(wire.encode_frame({}, [t]))
+    assert type(got) is torch.Tensor
+    got += 1
+    assert float(t.as_subclass(torch.Tensor).sum()) == 0.0
+
+
+def test_unsendable_values_are_described_by_type_only():
+    tree, tensors = wire.pack({"a": 1})
+    assert tree == {"$object": "builtins.dict"} and tensors == []
+    assert repr(wire.unpack(tree, [])) == "<builtins.dict>"
+
+
+def test_several_frames_in_one_stream():
+    data = b"".join(wire.encode_frame({"id": i}, [torch.full((i + 1,), float(i))]) for i in range(5))
+    frames = parse_all(data, chunk=3)
+    assert [h["id"] for h, _ in frames] == list(range(5))
+    assert [t[0].tolist() for _, t in frames] == [[float(i)] * (i + 1) for i in range(5)]
+
+
+@pytest.mark.parametrize(
+    "header,body,why",
+    [
+        ({"tensors": [{"dtype": "load", "shape": [1], "nbytes": 4}]}, b"\0" * 4, "dtype"),
+        ({"tensors": [{"dtype": "float32", "shape": [-1], "nbytes": 4}]}, b"\0" * 4, "shape"),
+        ({"tensors": [{"dtype": "float32", "shape": [2.0], "nbytes": 8}]}, b"\0" * 8, "shape"),
+        ({"tensors": [{"dtype": "float32", "shape": [3], "nbytes": 4}]}, b"\0" * 4, "byte count"),
+        ({"tensors": [{"dtype": "float32", "shape": [1] * 9, "nbytes": 4}]}, b"\0" * 4, "shape"),
+        ({"tensors": [{"dtype": "float64", "shape": [10**8], "nbytes": 8 * 10**8}]}, b"", "cap"),
+        ({"tensors": [{"dtype": "bool", "shape": [2], "nbytes": 2}]}, b"\x00\x07", "bool"),
+        ({"tensors": "nope"}, b"", "list"),
+        ({"tensors": [{"dtype": "float32", "shape": [1], "nbytes": 4}] * 65}, b"", "list"),
+        ({"tensors": [["float32", [1], 4]]}, b"", "not an object"),
+    ],
+)
+def test_hostile_headers_are_rejected(header, body, why):
+    with pytest.raises(ProtocolError, match=why):
+        parse_all(frame_of(header, body))
+
+
+def test_header_length_is_capped_before_reading():
+    parser = FrameParser()
+    parser.feed(struct.pack(">I", 100 * 1024 * 1024))
+    with pytest.raises(ProtocolError, match="header length"):
+        parser.next_frame()
+    assert parser.buffered <= 4   # nothing beyond the length prefix was buffered
+
+
+def test_oversized_tensor_is_rejected_before_its_bytes_arrive():
+    parser = FrameParser()
+    parser.feed(frame_of({"tensors": [{"dtype": "uint8", "shape": [300 * 1024 * 1024], "nbytes": 300 * 1024 * 1024}]}))
+    with pytest.raises(ProtocolError, match="cap"):
+        parser.next_frame()
+
+
+@pytest.mark.parametrize("raw", [b"\xff\xfe", b"[1, 2]", b"{" * 5000 + b"}" * 5000, b"not json"])
+def test_garbage_headers_are_rejected(raw):
+    with pytest.raises(ProtocolError):
+        parse_all(struct.pack(">I", len(raw)) + raw)
+
+
+@pytest.mark.parametrize(
+    "tree",
+    [{"$tensor": 5}, {"$tensor": "0"}, {"$tuple": "x"}, {"$float": "1e999"}, {"weird": 1}, [1, 2],
+     {"$list": [{"$list": [{"$list": [{"$list": [{"$list": [{"$list": [{"$list": [{"$list": [{"$list": [
+         {"$list": [{"$list": [{"$list": [{"$list": [1]}]}]}]}]}]}]}]}]}]}]}]}]}],
+    ids=["range", "type", "tuple", "float", "unknown", "bare-list", "too-deep"],
+)
+def test_bad_value_trees_are_rejected(tree):
+    with pytest.raises(ProtocolError):
+        wire.unpack(tree, [torch.zeros(1)])
+
+
+def test_frames_never_unpickle():
+    """A pickle payload in place of a header is just invalid JSON."""
+    import pickle
+
+    payload = pickle.dumps({"tensors": []})
+    with pytest.raises(ProtocolError):
+        parse_all(struct.pack(">I", len(payload)) + payload)
