@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Set up lumen-ex in ./.venv: the CPU build of torch where no torch is installed yet, lumen-ex itself
+# (editable, with the test extras), and bubblewrap (the sandbox) where we may install it.
+# Safe to run again: it only adds what is missing.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+VENV_PY=.venv/bin/python
+
+if ! "$VENV_PY" -c "import torch" 2>/dev/null; then
+    # An unpinned `torch` would resolve to a multi-GB CUDA build; take the CPU build instead.
+    # For a GPU, install a CUDA build of torch into .venv first (https://pytorch.org/get-started/locally/).
+    # Where PyTorch's CPU index is out of reach (air-gapped or registry-limited machines), fall
+    # back to a pinned release, which some machines keep as a local CPU wheel.
+    "$VENV_PY" -m pip install --quiet --timeout 5 --retries 0 \
+            --index-url https://download.pytorch.org/whl/cpu torch 2>/dev/null \
+        || "$VENV_PY" -m pip install --quiet torch==2.13.0
+fi
+"$VENV_PY" -m pip install --quiet -e '.[test]'
+
+if ! command -v bwrap >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        apt-get install -y -qq bubblewrap >/dev/null || echo "install.sh: could not install bubblewrap" >&2
+    else
+        echo "install.sh: no sandbox yet. Install one with: sudo apt-get install -y bubblewrap" >&2
+    fi
+fi
+echo "lumen-ex is installed in .venv ($(.venv/bin/lumen-ex --version))"
