@@ -85,7 +85,7 @@ class GradingPlugin:
         elif report.failed:
             record.status, record.diagnosis = _classify(call.excinfo)
             record.message = record.diagnosis.summary
-        record.output = "".join(o for o in self._submission.outputs if o)[:8192]
+        record.output = _cap("".join(o for o in self._submission.outputs if o))
         record.duration = time.perf_counter() - self._started
 
     def ordered(self) -> list[TestResult]:
@@ -135,6 +135,12 @@ def import_failure(exc: ImportFailed) -> Diagnosis:
         diag = Diagnosis("import", f"importing your file raised {exc.type}: {exc.message}"[:400],
                          details=diag.details)
     return diag
+
+
+def _cap(text: str, limit: int = 8192) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[... output truncated: {len(text) - limit} more characters]"
 
 
 def _short_id(nodeid: str) -> str:

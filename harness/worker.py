@@ -242,6 +242,7 @@ class WorkCounter:
         counter = self
 
         class _Mode(TorchDispatchMode):
+            _should_skip_dynamo = classmethod(lambda cls: False)  # else first use imports torch._dynamo (1.5 s)
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 result = func(*args, **(kwargs or {}))
                 for t in result if isinstance(result, (tuple, list)) else (result,):
