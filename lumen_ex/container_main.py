@@ -1,0 +1,117 @@
+"""The grader image's entry point: grade one exercise and write the result document.
+
+    lumen-ex-grade EXERCISE [--seed N] [--device cpu|cuda|auto] [--select EXPR]
+
+Inside the container (see grader.Dockerfile and docs/docker.md), with the learner's workspace
+mounted read-only at /workspace and a results directory at /results, this runs the same
+``run_check`` as ``lumen-ex check`` on the host, with the launcher that starts the worker as the
+unprivileged ``lumen-worker`` user, then writes ``RunResult.to_dict()`` (the schema of
+``lumen-ex check --format json``) to /results/result.json, atomically. It always writes a document:
+a check that cannot run becomes status "error" with the reason. The exit code is 0 when a document
+was written (the process then ends at once, skipping torch's slow interpreter shutdown); the host
+reads verdicts only from the document.
+
+The seed may come from the environment (LUMEN_EX_SEED, which the docker backend uses) rather than
+the command line, because every process in the container, the worker included, can read the
+harness's command line in /proc, but not its environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+WORKSPACE = Path("/workspace")
+RESULTS = Path("/results")
+RESULT_NAME = "result.json"
+SEED_ENV = "LUMEN_EX_SEED"
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="lumen-ex-grade", description=__doc__.split("\n\n")[0])
+    parser.add_argument("exercise", help="the exercise number or slug")
+    parser.add_argument("--seed", type=int, default=None, help=f"seed for the hidden inputs (or ${SEED_ENV})")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--select", default=None, help="only tests matching this pytest -k expression")
+    parser.add_argument("--workspace", type=Path, default=WORKSPACE)
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The console script: grade, write the document, and end the process at once."""
+    code = run(sys.argv[1:] if argv is None else argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)   # the document is in place: skip the interpreter's (and torch's) slow shutdown
+
+
+def run(argv: list[str]) -> int:
+    """Grade as the command line ``argv`` says and write the result document; 0 when written."""
+    started = time.monotonic()
+    args = parse(argv)
+    seed_text = os.environ.pop(SEED_ENV, "")
+    seed = args.seed if args.seed is not None else (int(seed_text) if seed_text.isdigit() else None)
+    try:
+        from lumen_ex.check import run_check
+        from lumen_ex.sandbox.container import ContainerLauncher
+
+        result = run_check(args.exercise, workspace=args.workspace, seed=seed, device=args.device,
+                           record=False, select=args.select, launcher=ContainerLauncher())
+        document = result.to_dict()
+    except Exception as exc:  # noqa: BLE001  a document is always written
+        document = error_document(args.exercise, seed, args.device, exc, started)
+    write_atomically(args.results / RESULT_NAME, document)
+    return 0
+
+
+def error_document(exercise: str, seed: int | None, device: str, exc: BaseException, started: float) -> dict:
+    """A result document for a check that could not run: status error, the reason as the message."""
+    from lumen_ex import __version__
+    from lumen_ex.errors import LumenError
+    from lumen_ex.results import Diagnosis, RunResult, SandboxInfo, Status, TestResult
+
+    if isinstance(exc, LumenError):
+        message = str(exc)
+    else:
+        message = f"the grader failed in the container: {type(exc).__name__}: {exc}"
+    message = message.strip().splitlines()[0][:500] if message.strip() else "the grader failed in the container"
+    summary = {"number": 0, "slug": "unknown", "title": "unknown"}
+    try:
+        from lumen_ex import catalog
+
+        summary = catalog.load().find(exercise).summary()
+    except Exception:  # noqa: BLE001  the catalogue itself may be what failed
+        pass
+    return RunResult(
+        exercise=summary, status=Status.ERROR, sandbox=SandboxInfo("docker", True, {}, ""),
+        device=device if device in ("cpu", "cuda") else "cpu", seed=seed or 0, message=message,
+        duration=time.monotonic() - started,
+        tests=[TestResult("grader", "the grader ran", "grader", Status.ERROR, message=message,
+                          diagnosis=Diagnosis("grader", message))],
+        versions={"lumen_ex": __version__, "python": platform.python_version()},
+    ).to_dict()
+
+
+def write_atomically(path: Path, document: dict) -> None:
+    """Write to a fresh temporary file beside ``path``, then rename it into place."""
+    data = json.dumps(document, indent=1).encode()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # 0644: the results directory, not the file, keeps the worker out; the host may not be root.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""Helpers for the docker tests: the skip marker (with the reason) and container bookkeeping.
+
+Docker tests need a running engine and the grader image of exactly this lumen-ex
+(`lumen-ex image build`); without them they skip, and the reason is printed (pytest -ra).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from lumen_ex.sandbox import docker as docker_backend
+from lumen_ex.sandbox import engine
+
+
+def _probe() -> tuple[bool, str]:
+    avail, _ = docker_backend.probe()
+    return avail.ok, f"docker sandbox unavailable: {avail.reason} ({avail.install})"
+
+
+DOCKER_OK, DOCKER_WHY = _probe()
+requires_docker = [pytest.mark.docker, pytest.mark.skipif(not DOCKER_OK, reason=DOCKER_WHY)]
+
+
+def docker_param(value="docker"):
+    """A pytest.param for the docker backend that skips (with the reason) when docker cannot run."""
+    return pytest.param(value, marks=requires_docker, id=str(value))
+
+
+def containers(**filters: str) -> list[str]:
+    """Names of every container, running or not, matching docker ps filters (volume=PATH, name=...)."""
+    args = ["ps", "-a", "--format", "{{.Names}}"]
+    for key, value in filters.items():
+        args += ["--filter", f"{key}={value}"]
+    answer = engine.docker(*args, timeout=30)
+    assert answer.ok, answer.err
+    return [line for line in answer.out.split() if line]
+
+
+def containers_of_workspace(workspace: Path) -> list[str]:
+    return containers(volume=str(Path(workspace).resolve()))
+
+
+def wait_until(predicate, timeout: float, step: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return predicate()
+
+
+def live_processes_with(token: str) -> list[int]:
+    """Host pids (any namespace: containers included) whose name or command line holds ``token``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_bytes()
+            if stat.rsplit(b")", 1)[1].split()[0] == b"Z":
+                continue
+            text = Path(f"/proc/{entry}/comm").read_bytes() + Path(f"/proc/{entry}/cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue
+        if token.encode() in text:
+            found.append(int(entry))
+    return found
+
+
+def summary(result) -> list[tuple[str, str, float]]:
+    """What must be identical across backends: each test's id, status and score."""
+    return [(t.id, t.status.value, round(t.score, 4)) for t in result.tests]
+
+
+def dumps(result) -> str:
+    return json.dumps(result.to_dict())
