@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from lumen_ex.graders.support.expect import Variant
+from lumen_ex.graders.support.expect import GENERIC_MISCONCEPTIONS, Variant
 
 Y_T, K_CACHE, V_CACHE = 0, 1, 2
 
@@ -71,49 +71,80 @@ def step_variants(x_t, k_cache, v_cache, w_q, w_k, w_v, w_o, n_heads, *, which: 
         other = V_CACHE if which == K_CACHE else K_CACHE
         name = "k_cache" if which == K_CACHE else "v_cache"
         return [
-            Variant("cache-prepended", f"your {name} has the new entry first: append it at the end with "
-                    "torch.cat([cache, new], dim=2), so the time axis runs from oldest to newest",
-                    step(*args, position="front")[which]),
-            Variant("caches-swapped", f"your {name} holds the other cache's values: return (y_t, k_cache, v_cache) "
-                    "in that order, keys from w_k and values from w_v",
-                    step(*args)[other]),
+            Variant("cache-prepended", f"your {name} has the new entry first",
+                    step(*args, position="front")[which],
+                    "append it at the end with torch.cat([cache, new], dim=2), so the time axis runs from "
+                    "oldest to newest"),
+            Variant("caches-swapped", f"your {name} holds the other cache's values", step(*args)[other],
+                    "return (y_t, k_cache, v_cache) in that order, keys from w_k and values from w_v"),
             Variant("new-entry-split-wrong-order", f"the new entry of your {name} is split into heads in the wrong "
-                    "order: the projection's columns are grouped head by head, so reshape to "
-                    "(B, n_kv_heads, d_head), not (B, d_head, n_kv_heads)",
-                    step(*args, split="wrong")[which]),
+                    "order", step(*args, split="wrong")[which],
+                    "the projection's columns are grouped head by head, so reshape to (B, n_kv_heads, d_head), "
+                    "not (B, d_head, n_kv_heads)"),
         ]
     cands = [
-        ("attend-before-append", "your y_t equals attention over the old cache only: append the new key and "
-         "value before attending, so the newest token also sees itself", dict(attend_to="old")),
-        ("cache-ignored", "your y_t equals attention over the new token alone: the query must attend to every "
-         "cached key as well as its own", dict(attend_to="new")),
+        ("attend-before-append", "your y_t equals attention over the old cache only",
+         "append the new key and value before attending, so the newest token also sees itself",
+         dict(attend_to="old")),
+        ("cache-ignored", "your y_t equals attention over the new token alone",
+         "the query must attend to every cached key as well as its own", dict(attend_to="new")),
     ]
     if 1 < n_kv_heads < n_heads:
-        cands.append(("gqa-repeat", "your y_t equals grouped-query attention with the KV heads tiled "
-                      "(repeat) instead of grouped: query head h reads KV head h // (n_heads // n_kv_heads), "
-                      "which is what repeat_interleave(n_heads // n_kv_heads, dim=1) gives", dict(expand="repeat")))
+        cands.append(("gqa-repeat", "your y_t equals grouped-query attention with the KV heads tiled (repeat) "
+                      "instead of grouped",
+                      "query head h reads KV head h // (n_heads // n_kv_heads), which is what "
+                      "repeat_interleave(n_heads // n_kv_heads, dim=1) gives", dict(expand="repeat")))
     cands += [
         ("heads-split-wrong-order", "your y_t equals attention with the projections split into heads as "
-         "(B, d_head, n_heads): the columns are grouped head by head, so reshape to (B, n_heads, d_head)",
+         "(B, d_head, n_heads)", "the columns are grouped head by head, so reshape to (B, n_heads, d_head)",
          dict(split="wrong")),
-        ("heads-split-and-merged-wrong-order", "your y_t equals attention with heads split as "
-         "(B, d_head, n_heads) and merged back the same way: the columns are grouped head by head, so "
-         "split to (B, n_heads, d_head) and merge with a plain reshape to (B, n_heads * d_head)",
-         dict(split="wrong", merge="wrong")),
-        ("heads-merged-wrong-order", "your y_t equals attention whose heads are merged as (B, d_head, n_heads): "
+        ("heads-split-and-merged-wrong-order", "your y_t equals attention with heads split as (B, d_head, n_heads) "
+         "and merged back the same way", "the columns are grouped head by head, so split to (B, n_heads, d_head) "
+         "and merge with a plain reshape to (B, n_heads * d_head)", dict(split="wrong", merge="wrong")),
+        ("heads-merged-wrong-order", "your y_t equals attention whose heads are merged as (B, d_head, n_heads)",
          "merge (B, n_heads, d_head) with a plain reshape to (B, n_heads * d_head), no transpose",
          dict(merge="wrong")),
         ("softmax-over-query-axis", "your y_t equals attention whose weights are all 1 (a softmax over the "
-         "size-1 query axis), so the values are summed: normalise over the keys, dim=-1",
-         dict(softmax_dim=-2)),
-        ("no-scale", "your y_t equals attention without the 1/sqrt(d_head) scale: divide the scores by "
-         "math.sqrt(d_head)", dict(scale=1.0)),
-        ("scale-1/sqrt(d_model)", "your y_t equals attention scaled by 1/sqrt(d_model): the scale uses the "
-         "width of one head, d_head = w_q.shape[1] // n_heads", dict(scale=1 / math.sqrt(d_model))),
-        ("scale-1/d_head", "your y_t equals attention scaled by 1/d_head: the scale is 1/sqrt(d_head), a "
-         "square root", dict(scale=1 / d_head)),
+         "size-1 query axis), so the values are summed", "normalise over the keys, dim=-1", dict(softmax_dim=-2)),
+        ("no-scale", "your y_t equals attention without the 1/sqrt(d_head) scale",
+         "divide the scores by math.sqrt(d_head)", dict(scale=1.0)),
+        ("scale-1/sqrt(d_model)", "your y_t equals attention scaled by 1/sqrt(d_model)",
+         "the scale uses the width of one head, d_head = w_q.shape[1] // n_heads", dict(scale=1 / math.sqrt(d_model))),
+        ("scale-1/d_head", "your y_t equals attention scaled by 1/d_head", "the scale is 1/sqrt(d_head), a square root",
+         dict(scale=1 / d_head)),
     ]
     if n_heads > 1:
-        cands.append(("softmax-over-heads", "your y_t equals a softmax over the heads axis: normalise over "
-                      "the keys, dim=-1", dict(softmax_dim=1)))
-    return [Variant(name, sentence, step(*args, **knobs)[Y_T]) for name, sentence, knobs in cands]
+        cands.append(("softmax-over-heads", "your y_t equals a softmax over the heads axis",
+                      "normalise over the keys, dim=-1", dict(softmax_dim=1)))
+    return [Variant(name, sentence, step(*args, **knobs)[Y_T], fix) for name, sentence, fix, knobs in cands]
+
+
+# Every mistake this suite names, by id. Value ids come from the variants above (matched on values);
+# the others from the check that catches them.
+CATALOGUE = {
+    "attend-before-append": "attends before appending the new token",
+    "cache-ignored": "attends to the new token only",
+    "gqa-repeat": "GQA heads expanded with repeat instead of repeat_interleave",
+    "heads-split-wrong-order": "projections split into heads in the wrong order",
+    "heads-split-and-merged-wrong-order": "heads split and merged in the wrong order",
+    "heads-merged-wrong-order": "heads merged in the wrong order",
+    "softmax-over-query-axis": "softmax over the size-1 query axis",
+    "softmax-over-heads": "softmax over the heads axis",
+    "no-scale": "no 1/sqrt(d_head) scale",
+    "scale-1/sqrt(d_model)": "scaled by the model width",
+    "scale-1/d_head": "scores divided by d_head instead of sqrt(d_head)",
+    "cache-prepended": "new entry put first in the cache",
+    "caches-swapped": "k_cache and v_cache returned in each other's place",
+    "new-entry-split-wrong-order": "the new cache entry split into heads in the wrong order",
+    # the generic ones this suite can reach (it returns no bool and takes no gradient)
+    **{k: v for k, v in GENERIC_MISCONCEPTIONS.items() if k not in ("not-bool", "no-gradient", "gradient-mismatch")},
+    "wrong-concat-axis": "the cache grown along the wrong axis",
+    "no-output-projection": "the output projection w_o is missing",
+    "token-axis-kept": "y_t keeps a size-1 token axis",
+    "cache-not-grown": "the caches returned without the new token",
+    "cache-expanded": "the caches stored expanded to n_heads",
+    "caller-cache-mutated": "the caller's cache written in place",
+    "quadratic-cost": "each step does O(T^2) work",
+    "forbidden-api": "a library attention function called instead of implementing it",
+}
+
