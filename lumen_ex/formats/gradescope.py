@@ -1,0 +1,66 @@
+"""Gradescope ``results.json`` (gradescope/autograder_samples docs/specs.md, shared/docs/formats.md 1.1).
+
+Top level: ``score`` (the record's score, so Gradescope never re-adds the tests), ``execution_time``
+(seconds), ``output`` (one headline), ``output_format``, ``visibility``, ``stdout_visibility``,
+``extra_data`` (exercise, seed, sandbox) and ``tests``. Per test: ``name``, ``number``
+(``"<exercise>.<n>"``), ``score``, ``max_score``, ``status`` (``passed`` | ``failed``), ``output``
+(the diagnosis as text), ``tags`` (the scoring group), ``visibility`` and ``extra_data`` (the test's
+id, status and diagnosis kind). A skipped test (e.g. no GPU) is listed as informational: 0 of 0
+points, no ``status``, and its ``output`` says why.
+
+A grader error (status ``error`` in the record) scores 0 and says so in ``output``: the submission
+was not graded, which Gradescope shows to the student as the output text.
+"""
+
+from __future__ import annotations
+
+import json
+
+from lumen_ex.results import RunResult, Status, TestResult
+
+from ._text import explain, headline
+
+VISIBILITY = "visible"         # every lumen-ex test name is shown to learners by `check` already
+
+
+def results(result: RunResult) -> dict:
+    ex = result.exercise
+    output = headline(result)
+    if result.status is Status.ERROR:
+        output += "\nThe grader could not finish, so this submission was not graded. Please tell your instructor."
+    if result.sandbox.note:
+        output += f"\n{result.sandbox.note}"
+    return {
+        "score": round(result.score, 4),
+        "execution_time": round(result.duration, 3),
+        "output": output,
+        "output_format": "text",
+        "test_output_format": "text",
+        "visibility": VISIBILITY,
+        "stdout_visibility": "hidden",
+        "extra_data": {"exercise": ex, "status": result.status.value, "max_score": result.max_score,
+                       "seed": result.seed, "sandbox": result.sandbox.backend,
+                       "isolated": result.sandbox.isolated},
+        "tests": [_test(ex["number"], i, t) for i, t in enumerate(result.tests, 1)],
+    }
+
+
+def _test(number: int, index: int, t: TestResult) -> dict:
+    entry = {
+        "name": f"{t.group}: {t.name}",
+        "number": f"{number}.{index}",
+        "score": round(t.score, 4),
+        "max_score": round(t.max_score, 4),
+        "output": explain(t),
+        "tags": [t.group],
+        "visibility": VISIBILITY,
+        "extra_data": {"id": t.id, "status": t.status.value,
+                       "kind": t.diagnosis.kind if t.diagnosis else None},
+    }
+    if t.status is not Status.SKIPPED:
+        entry["status"] = "passed" if t.status is Status.PASS else "failed"
+    return entry
+
+
+def render(result: RunResult) -> str:
+    return json.dumps(results(result), indent=2) + "\n"

@@ -1,0 +1,50 @@
+"""PrairieLearn external grader ``results.json`` (PrairieLearn docs/externalGrading.md, formats.md 1.3).
+
+``score`` is the record's score over its maximum, in [0, 1]. ``gradable`` is false only when the
+grader itself could not finish (record status ``error``): PrairieLearn then charges no attempt and
+shows ``format_errors``. ``message`` is the record's one-line message; ``output`` the headline and any
+sandbox note. Every test has ``name``, ``description`` (its group and id), ``points``,
+``max_points``, ``message`` (the diagnosis as text) and ``output`` (what the learner's code printed),
+so the per-test points display stays on (it is disabled when any test lacks points). A skipped test
+has 0 of 0 points, which PrairieLearn renders as neutral.
+"""
+
+from __future__ import annotations
+
+import json
+
+from lumen_ex.results import RunResult, Status, TestResult
+
+from ._text import OUTPUT_CAP, explain, headline
+
+
+def results(result: RunResult) -> dict:
+    gradable = result.status is not Status.ERROR
+    doc = {
+        "gradable": gradable,
+        "score": round(result.score / result.max_score, 6) if result.max_score > 0 and gradable else 0.0,
+        "message": result.message,
+        "output": headline(result) + (f"\n{result.sandbox.note}" if result.sandbox.note else ""),
+        "tests": [_test(t) for t in result.tests],
+    }
+    if not gradable:
+        doc["format_errors"] = [f"the grader could not finish: {result.message}"]
+    return doc
+
+
+def _test(t: TestResult) -> dict:
+    output = t.output.strip()
+    if len(output) > OUTPUT_CAP:
+        output = output[:OUTPUT_CAP] + f"\n[... {len(output) - OUTPUT_CAP} more characters]"
+    return {
+        "name": t.name,
+        "description": f"{t.group} · {t.id}",
+        "points": round(t.score, 4),
+        "max_points": round(t.max_score, 4),
+        "message": explain(t, with_output=False),
+        "output": output,
+    }
+
+
+def render(result: RunResult) -> str:
+    return json.dumps(results(result), indent=2) + "\n"

@@ -1,0 +1,634 @@
+"""``lumen-ex grade``: grade a whole class, N submissions at a time, each in its own sandbox.
+
+    lumen-ex grade SUBMISSIONS (--exercise N ... | --all) --out DIR [--jobs N] [--sandbox ...]
+
+How it works:
+
+- SUBMISSIONS is read by lumen_ex/submissions.py: one student per folder or zip, each given a
+  throwaway workspace in a scratch folder (DIR/.scratch-*, removed at the end).
+- ``--jobs`` warm grading processes (lumen_ex/grade_worker.py) each import torch once and then run
+  ``lumen_ex.check.run_check`` for one student x exercise after another, every check against fresh
+  sandboxed workers (or a fresh container), with the next check's worker started while the current
+  one's tests run.
+- Nothing is lost: each result document is written to DIR/results/<student>/<exercise>.json
+  (temporary file, fsync, rename) the moment it arrives. A check whose grading process dies or runs
+  past ``--timeout`` still gets a document (status ``error``, with the reason), the process is
+  replaced, and the batch goes on. Rerunning the command skips every student x exercise that already
+  has a valid document (``--force`` regrades).
+- Ctrl-C (SIGINT) or SIGTERM stops every grading process, whose check in progress kills its workers
+  or container on the way out; whatever is left after a grace period is killed by process group. The
+  gradebook and report are written for what was graded, and the command exits with 130.
+- The unisolated mode (``--sandbox none``, or ``auto`` finding no sandbox) is refused unless
+  ``--unsafe``: a class's code must not run with the instructor's permissions by accident.
+
+The gradebook and the class report are views of the documents on disk (lumen_ex/gradebook.py), so
+they are rebuilt whole after every run, resumed or not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from . import catalog as catalog_mod
+from .catalog import Catalog, Exercise
+from .errors import LumenError, UsageError
+from .results import Diagnosis, RunResult, SandboxInfo, Status, TestResult
+from .submissions import Prepared, Submission, discover, prepare
+
+RESULTS = "results"
+SUBMISSION_INFO = "submission.json"
+TIMEOUT_MARGIN_S = 60.0          # beyond an exercise's own start-up + run limits
+STOP_GRACE_S = 15.0              # how long a grading process has to clean up after SIGTERM
+MAX_START_FAILURES = 3
+STARTUP_LIMIT_S = 180.0          # a grading process that has not imported torch by then is replaced
+
+
+class GraderUnavailable(LumenError):
+    exit_code = 3
+
+
+@dataclass
+class GradeRequest:
+    submissions: Path
+    out: Path
+    exercises: list[Exercise]
+    jobs: int = 1
+    sandbox: str = "auto"
+    force: bool = False
+    unsafe: bool = False
+    students: tuple[str, ...] = ()        # only these students (by name); all when empty
+    seed: int | None = None               # one seed for the class; a fresh one per check when None
+    device: str = "cpu"
+    timeout: float | None = None          # per student x exercise; default: the exercise's limits + a margin
+    formats: tuple[str, ...] = ()         # extra views written beside each result document
+
+
+@dataclass
+class Job:
+    id: int
+    student: str
+    exercise: Exercise
+    seed: int
+    started: float | None = None
+
+
+@dataclass
+class Finished:
+    """One check that has just been recorded (what the progress display is told)."""
+
+    student: str
+    exercise: Exercise
+    result: RunResult
+    done: int
+    total: int
+    failed: int          # checks so far whose status is fail
+    errors: int          # checks so far whose status is error
+
+
+class Progress(Protocol):
+    def begin(self, total: int, resumed: int, students: int, note: str) -> None: ...
+    def finished(self, item: Finished) -> None: ...
+    def end(self) -> None: ...
+
+
+@dataclass
+class Outcome:
+    students: list[Submission]
+    graded: int                   # checks run this time
+    resumed: int                  # checks skipped because a document existed
+    interrupted: bool = False
+    notes: list[str] = field(default_factory=list)
+    sandbox: str = ""
+
+
+def result_path(out: Path, student: str, ex: Exercise) -> Path:
+    return Path(out) / RESULTS / student / f"{ex.dir}.json"
+
+
+def load_document(path: Path) -> dict | None:
+    """A stored result document, or None when absent or not a valid one."""
+    try:
+        doc = json.loads(path.read_text())
+        RunResult.from_dict(doc)
+        return doc
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Temporary file beside ``path``, fsync, rename: a reader sees the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError:
+        pass
+
+
+def record(out: Path, student: str, ex: Exercise, result: RunResult) -> None:
+    write_atomically(result_path(out, student, ex), result.to_json() + "\n")
+
+
+def describe_submission(out: Path, sub: Submission, prepared: Prepared) -> None:
+    """DIR/results/<student>/submission.json: what was graded, from where (and the git commit)."""
+    from .submissions import git_commit
+
+    info = {"student": sub.student, "source": sub.source.name, "kind": sub.kind,
+            "commit": git_commit(sub.source) if sub.kind == "git" else "",
+            "graded": prepared.found, "missing": prepared.missing, "refused": prepared.refused}
+    write_atomically(Path(out) / RESULTS / sub.student / SUBMISSION_INFO, json.dumps(info, indent=1) + "\n")
+
+
+# -- documents for checks that could not run ----------------------------------------------------
+
+
+def _versions() -> dict[str, str]:
+    import platform
+
+    from lumen_ex import __version__
+
+    return {"lumen_ex": __version__, "python": platform.python_version(), "catalog": catalog_mod.load().version}
+
+
+def submission_result(ex: Exercise, reason: str, *, status: Status, sandbox: SandboxInfo, device: str,
+                      seed: int = 0) -> RunResult:
+    """The document of an exercise that could not be graded because of the submission itself:
+    ``fail`` (0 points) when the file is simply not there, ``error`` when it could not be read."""
+    test = TestResult("submission", f"{ex.path} was submitted", "submission", Status.ERROR,
+                      max_score=ex.max_score, message=reason,
+                      diagnosis=Diagnosis("missing", reason, hint=f"Submit your file as {ex.path}."))
+    return RunResult(exercise=ex.summary(), status=status, sandbox=sandbox, device=device, seed=seed,
+                     score=0.0, max_score=ex.max_score, message=reason, tests=[test], versions=_versions())
+
+
+def grader_error_result(ex: Exercise, reason: str, *, sandbox: SandboxInfo, device: str, seed: int,
+                        duration: float = 0.0) -> RunResult:
+    """The document of a check whose grading process died or hung: status ``error``, the reason."""
+    test = TestResult("grader", "the grader ran", "grader", Status.ERROR, message=reason,
+                      diagnosis=Diagnosis("grader", reason))
+    return RunResult(exercise=ex.summary(), status=Status.ERROR, sandbox=sandbox, device=device, seed=seed,
+                     duration=duration, message=reason, tests=[test], versions=_versions())
+
+
+# -- the sandbox ---------------------------------------------------------------------------------
+
+
+def choose_sandbox(name: str, unsafe: bool) -> tuple[str, SandboxInfo, str]:
+    """The grading processes' SANDBOX argument, what it is, and a note; refuses unisolated without --unsafe."""
+    from lumen_ex.sandbox.docker import DockerSandbox
+    from lumen_ex.sandbox.select import select_launcher
+
+    launcher, note = select_launcher(name)
+    if isinstance(launcher, DockerSandbox):
+        return f"docker:{launcher.image}", SandboxInfo("docker", True, {}, note), note
+    if not launcher.isolated and not unsafe:
+        why = ("--sandbox none runs every student's code with your permissions" if name == "none" else
+               f"no sandbox is available here ({note.strip()})")
+        raise UsageError(f"batch grading refuses the unisolated mode: {why}",
+                         "Use --sandbox bwrap or --sandbox docker (see `lumen-ex doctor`), "
+                         "or pass --unsafe if you trust every submission")
+    info = SandboxInfo(launcher.name, launcher.isolated, {}, " ".join(filter(None, [launcher.note(), note])))
+    return launcher.name, info, note
+
+
+# -- grading processes ---------------------------------------------------------------------------
+
+
+class GradingProcess:
+    """One warm ``python -m lumen_ex.grade_worker`` and the jobs it has been given."""
+
+    def __init__(self, sandbox: str, log: Path, tag: str):
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as log_file:
+            try:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "lumen_ex.grade_worker", str(req_r), str(rep_w), sandbox, tag],
+                    pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                    close_fds=True, start_new_session=True)
+            finally:
+                os.close(req_r)
+                os.close(rep_w)
+        self.request_fd, self.reply_fd = req_w, rep_r
+        os.set_blocking(self.reply_fd, False)
+        self.log = log
+        self.buffer = b""
+        self.queue: list[Job] = []          # sent and not finished; queue[0] runs once started
+        self.ready = False
+        self.worker_pids: set[int] = set()
+        self.closed = False
+        self.spawned = time.monotonic()
+
+    def send(self, job: Job, workspace: Path, device: str, note: str) -> None:
+        message = {"id": job.id, "exercise": job.exercise.number, "workspace": str(workspace),
+                   "seed": job.seed, "device": device, "note": note}
+        data = (json.dumps(message) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.request_fd, view):]
+        self.queue.append(job)
+
+    def receive(self) -> tuple[list[dict], bool]:
+        """Messages that have arrived, and whether the process has closed its end (died)."""
+        out: list[dict] = []
+        eof = False
+        while True:
+            try:
+                chunk = os.read(self.reply_fd, 1 << 20)
+            except BlockingIOError:
+                break
+            if not chunk:
+                eof = True
+                break
+            self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out, eof
+
+    def exit_description(self) -> str:
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return "still running"
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exit code {code}"
+
+    def log_tail(self, lines: int = 3) -> str:
+        try:
+            text = self.log.read_bytes()[-4000:].decode(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return " | ".join(text[-lines:])
+
+    def stop(self, grace: float = STOP_GRACE_S, polite: bool = False) -> None:
+        """SIGTERM (its check kills its workers), then SIGKILL, then any worker it left behind.
+
+        ``polite``: it has no work left; closing its request pipe makes it exit by itself."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            os.close(self.request_fd)
+        except OSError:
+            pass
+        if polite:
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.proc.poll() is None:
+            for sig in (signal.SIGTERM, signal.SIGCONT):     # SIGCONT: a stopped process must run to clean up
+                try:
+                    os.killpg(self.proc.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)    # its own group: nothing else is in it
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        for pid in self.worker_pids:
+            kill_worker_group(pid)
+        remove_cgroups(self.proc.pid)
+        try:
+            os.close(self.reply_fd)
+        except OSError:
+            pass
+
+
+def remove_cgroups(pid: int) -> None:
+    """Remove the (empty) worker cgroups a killed grading process had no chance to remove."""
+    import glob
+
+    try:
+        from lumen_ex.sandbox import limits
+
+        roots = [limits.CGROUP_ROOT / c / limits._own_path(c).lstrip("/") for c in ("pids", "memory")]
+        roots.append(limits.CGROUP_ROOT / limits._own_path("").lstrip("/"))
+    except Exception:  # noqa: BLE001  no cgroups here
+        return
+    for root in roots:
+        for path in glob.glob(str(root / f"lumen-ex-{pid}-*")):
+            for _ in range(20):
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.05)    # its processes are still being reaped
+
+
+def kill_worker_group(pid: int) -> None:
+    """Kill a sandboxed worker's process group, if that pid is still one of our workers."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return
+    if b"worker.py" not in cmdline:
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+# -- the batch -----------------------------------------------------------------------------------
+
+
+class Batch:
+    def __init__(self, req: GradeRequest, progress: Progress | None):
+        self.req = req
+        self.progress = progress
+        self.catalog: Catalog = catalog_mod.load()
+        self.out = Path(req.out)
+
+    # planning ----------------------------------------------------------------------------------
+
+    def plan(self) -> tuple[list[Submission], list[Job], int, list[str]]:
+        req = self.req
+        if not Path(req.submissions).is_dir():
+            raise UsageError(f"{req.submissions} is not a folder", "Pass the folder holding one entry per student")
+        subs, notes = discover(Path(req.submissions), exclude=(self.out,))
+        if req.students:
+            wanted = set(req.students)
+            unknown = sorted(wanted - {s.student for s in subs})
+            if unknown:
+                raise UsageError(f"no submission for {', '.join(unknown)} in {req.submissions}",
+                                 "Use the names of the folders or zips (without .zip)")
+            subs = [s for s in subs if s.student in wanted]
+        if not subs:
+            raise UsageError(f"no submissions in {req.submissions}", "It must hold one folder or .zip per student")
+        jobs: list[Job] = []
+        resumed = 0
+        for sub in subs:
+            for ex in req.exercises:
+                if not req.force and load_document(result_path(self.out, sub.student, ex)) is not None:
+                    resumed += 1
+                    continue
+                seed = req.seed if req.seed is not None else secrets.randbelow(2**31)
+                jobs.append(Job(len(jobs), sub.student, ex, seed))
+        return subs, jobs, resumed, notes
+
+    # running -----------------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        req = self.req
+        subs, jobs, resumed, notes = self.plan()
+        outcome = Outcome(subs, 0, resumed, notes=notes)
+        if not jobs:
+            if self.progress:
+                self.progress.begin(0, resumed, len(subs), "")
+                self.progress.end()
+            return outcome
+        sandbox, self.sandbox_info, note = choose_sandbox(req.sandbox, req.unsafe)
+        outcome.sandbox = sandbox.split(":")[0]
+        self.note = note
+        by_student = {s.student: s for s in subs}
+        scratch = Path(tempfile.mkdtemp(prefix=".scratch-", dir=self._ensure_out()))
+        procs: list[GradingProcess] = []
+        pending: deque[Job] = deque(jobs)
+        remaining = {s: sum(j.student == s for j in jobs) for s in by_student}
+        prepared: dict[str, Prepared] = {}
+        counts = {"done": 0, "fail": 0, "error": 0}
+        start_failures = 0
+        saved = {}
+        if threading_main():
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                saved[sig] = signal.signal(sig, _raise_interrupt)
+        if self.progress:
+            self.progress.begin(len(jobs), resumed, len(subs), note)
+
+        def finish(job: Job, result: RunResult) -> None:
+            record(self.out, job.student, job.exercise, result)
+            counts["done"] += 1
+            if result.status is Status.FAIL:
+                counts["fail"] += 1
+            elif result.status is Status.ERROR:
+                counts["error"] += 1
+            outcome.graded += 1
+            remaining[job.student] -= 1
+            if remaining[job.student] == 0:
+                done = prepared.pop(job.student, None)
+                if done is not None:
+                    shutil.rmtree(done.workspace, ignore_errors=True)
+            if self.progress:
+                self.progress.finished(Finished(job.student, job.exercise, result, counts["done"], len(jobs),
+                                                counts["fail"], counts["error"]))
+
+        def workspace_for(job: Job) -> Path | None:
+            """The student's throwaway workspace, or None after recording why this job cannot run."""
+            if job.student not in prepared:
+                sub = by_student[job.student]
+                prepared[job.student] = prepare(sub, req.exercises, self.catalog, scratch)
+                describe_submission(self.out, sub, prepared[job.student])
+            p = prepared[job.student]
+            if p.refused:
+                finish(job, submission_result(job.exercise, p.refused, status=Status.ERROR,
+                                              sandbox=self.sandbox_info, device=req.device, seed=job.seed))
+                return None
+            if job.exercise.slug in p.missing:
+                finish(job, submission_result(job.exercise, p.missing[job.exercise.slug], status=Status.FAIL,
+                                              sandbox=self.sandbox_info, device=req.device, seed=job.seed))
+                return None
+            return p.workspace
+
+        def replace(proc: GradingProcess, reason: str | None) -> None:
+            """Stop ``proc``; its running job gets an error document, its queued jobs go back."""
+            nonlocal start_failures
+            proc.stop(grace=5.0 if reason else STOP_GRACE_S)
+            running = proc.queue[0] if proc.queue and proc.queue[0].started is not None else None
+            requeue = [j for j in proc.queue if j is not running]
+            for j in reversed(requeue):
+                j.started = None
+                pending.appendleft(j)
+            if running is not None:
+                why = reason or f"the grading process died ({proc.exit_description()}) while grading this submission"
+                finish(running, grader_error_result(running.exercise, why, sandbox=self.sandbox_info,
+                                                    device=req.device, seed=running.seed,
+                                                    duration=time.monotonic() - running.started))
+            elif not proc.ready:
+                start_failures += 1
+                if start_failures >= MAX_START_FAILURES:
+                    raise GraderUnavailable(
+                        f"the grading processes keep failing to start ({proc.exit_description()}; log: "
+                        f"{proc.log_tail() or 'empty'})", f"See {proc.log}, and run `lumen-ex doctor`")
+            procs[procs.index(proc)] = GradingProcess(sandbox, proc.log, str(self.out))
+
+        try:
+            n = max(1, min(req.jobs, len(jobs)))
+            logs = self.out / ".logs"
+            procs.extend(GradingProcess(sandbox, logs / f"grader-{i}.log", str(self.out)) for i in range(n))
+            while pending or any(p.queue for p in procs):
+                # hand out work: one running and one queued per process (no queueing near the end,
+                # so that a slow check does not hold back the one behind it)
+                for proc in procs:
+                    while pending and (not proc.queue or (len(proc.queue) < 2 and len(pending) > len(procs))):
+                        job = pending.popleft()
+                        ws = workspace_for(job)
+                        if ws is not None:
+                            proc.send(job, ws, req.device, note)
+                fds = {p.reply_fd: p for p in procs if not p.closed}
+                readable, _, _ = select.select(list(fds), [], [], 0.5)
+                for fd in readable:
+                    proc = fds[fd]
+                    messages, eof = proc.receive()
+                    for msg in messages:
+                        self._handle(proc, msg, finish)
+                    if eof:
+                        replace(proc, None)
+                now = time.monotonic()
+                for proc in list(procs):
+                    head = proc.queue[0] if proc.queue else None
+                    if head is not None and head.started is not None:
+                        limit = self._timeout(head.exercise)
+                        if now - head.started > limit:
+                            replace(proc, f"grading ran past its time limit of {limit:g} s and was stopped "
+                                          "(the submission may hang or stall the grader)")
+                    elif proc.proc.poll() is not None:
+                        replace(proc, None)
+                    elif not proc.ready and now - proc.spawned > STARTUP_LIMIT_S:
+                        replace(proc, None)
+            for proc in procs:
+                proc.stop(polite=True)
+        except KeyboardInterrupt:
+            outcome.interrupted = True
+            signal.signal(signal.SIGINT, signal.SIG_IGN)     # the clean-up below must finish
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_IGN)
+            for proc in procs:      # all at once: each gets its SIGTERM before anyone's grace period
+                if proc.proc.poll() is None:
+                    for sig in (signal.SIGTERM, signal.SIGCONT):
+                        try:
+                            os.killpg(proc.proc.pid, sig)
+                        except (ProcessLookupError, PermissionError):
+                            pass
+            for proc in procs:
+                self._drain(proc, finish)
+                proc.stop()
+        finally:
+            for proc in procs:
+                if not proc.closed:
+                    proc.stop(grace=5.0)
+            shutil.rmtree(scratch, ignore_errors=True)
+            if threading_main():
+                for sig, handler in saved.items():
+                    signal.signal(sig, handler)
+                if outcome.interrupted:
+                    signal.signal(signal.SIGINT, signal.default_int_handler)
+            if self.progress:
+                self.progress.end()
+        return outcome
+
+    def _drain(self, proc: GradingProcess, finish) -> None:
+        """Record any result a stopping process still managed to send."""
+        deadline = time.monotonic() + STOP_GRACE_S
+        while not proc.closed and proc.proc.poll() is None and time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.reply_fd], [], [], 0.2)
+            if ready:
+                messages, eof = proc.receive()
+                for msg in messages:
+                    self._handle(proc, msg, finish)
+                if eof:
+                    break
+        messages, _ = proc.receive() if not proc.closed else ([], True)
+        for msg in messages:
+            self._handle(proc, msg, finish)
+
+    def _handle(self, proc: GradingProcess, msg: dict, finish) -> None:
+        """A result sent before a stop is a real verdict (a process that is told to stop sends none)."""
+        if msg.get("ready"):
+            proc.ready = True
+        elif "pid" in msg and isinstance(msg["pid"], int):
+            proc.worker_pids.add(msg["pid"])
+        elif "start" in msg:
+            for job in proc.queue:
+                if job.id == msg["start"]:
+                    job.started = time.monotonic()
+        elif "done" in msg:
+            job = next((j for j in proc.queue if j.id == msg["done"]), None)
+            if job is None:
+                return
+            proc.queue.remove(job)
+            proc.worker_pids.clear()
+            try:
+                result = RunResult.from_dict(msg["result"])
+            except (KeyError, TypeError, ValueError) as exc:
+                result = grader_error_result(job.exercise, f"the grading process sent an invalid result ({exc})",
+                                             sandbox=self.sandbox_info, device=self.req.device, seed=job.seed)
+            finish(job, result)
+
+    def _timeout(self, ex: Exercise) -> float:
+        if self.req.timeout:
+            return float(self.req.timeout)
+        return ex.times.startup_seconds + ex.times.run_seconds + TIMEOUT_MARGIN_S
+
+    def _ensure_out(self) -> Path:
+        self.out.mkdir(parents=True, exist_ok=True)
+        return self.out
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def threading_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def grade_class(req: GradeRequest, progress: Progress | None = None) -> Outcome:
+    """Grade every submission of ``req`` that has no result yet, then write the gradebook and report."""
+    if not req.exercises:
+        raise UsageError("no exercise chosen", "Pass --exercise N (repeatable) or --all")
+    if req.jobs < 1:
+        raise UsageError("--jobs must be at least 1", "Pass --jobs 1 or more")
+    outcome = Batch(req, progress).run()
+    return outcome
