@@ -13,7 +13,6 @@ and must fail (never pass, never a grader error) with exactly that diagnosis.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -22,24 +21,11 @@ from lumen_ex import catalog
 from lumen_ex.results import DIAGNOSIS_KINDS, Status
 
 from conftest import CORPUS, ROOT
+from corpus_headers import headers
 
 HERE = CORPUS / "kv_cache"
 CORRECT = sorted((HERE / "correct").glob("*.py"))
 BUGGY = sorted((HERE / "buggy").glob("*.py"))
-HEADER = re.compile(r"^#\s*(bug|expect-kind|expect-misconception):\s*(.+?)\s*$")
-
-
-def header(path: Path) -> dict[str, str]:
-    """The `# key: value` lines at the top of a corpus file."""
-    fields = {}
-    for line in path.read_text().splitlines():
-        match = HEADER.match(line)
-        if not match:
-            break
-        fields[match.group(1)] = match.group(2)
-    return fields
-
-
 def describe(result) -> str:
     """The tests that did not pass, one line each, for assertion messages."""
     lines = [f"status={result.status.value} score={result.score}/{result.max_score} {result.message}"]
@@ -54,7 +40,7 @@ def describe(result) -> str:
 def test_corpus_is_complete():
     assert len(CORRECT) >= 6 and len(BUGGY) >= 10
     for path in BUGGY:
-        fields = header(path)
+        fields = headers(path)
         assert fields.get("bug"), f"{path.name}: no '# bug:' line"
         assert fields.get("expect-kind") in DIAGNOSIS_KINDS, f"{path.name}: bad '# expect-kind:'"
 
@@ -68,7 +54,7 @@ def test_correct_submission_passes(grade, path):
 
 @pytest.mark.parametrize("path", BUGGY, ids=[p.stem for p in BUGGY])
 def test_buggy_submission_is_diagnosed(grade, path):
-    fields = header(path)
+    fields = headers(path)
     result = grade(2, path)
     assert result.status is Status.FAIL, describe(result)
     first = result.first_failure

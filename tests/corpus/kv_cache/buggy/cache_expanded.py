@@ -1,5 +1,6 @@
 # bug: stores the caches expanded to n_heads (B, n_heads, T+1, d_head) instead of n_kv_heads
 # expect-kind: shape
+# expect-misconception: cache-expanded
 import math
 
 import torch

@@ -1,5 +1,6 @@
 # bug: allocates the grown caches with torch.zeros(...) and no dtype=, so they are always float32
 # expect-kind: dtype
+# expect-misconception: dtype-downcast
 import math
 
 import torch

@@ -1,5 +1,6 @@
 # bug: grows the caller's cache tensors in place with .data = ..., so the caller's k_cache changes too
 # expect-kind: property
+# expect-misconception: caller-cache-mutated
 import math
 
 import torch

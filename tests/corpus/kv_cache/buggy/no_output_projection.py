@@ -1,5 +1,6 @@
 # bug: forgets the output projection w_o: returns the merged heads (B, n_heads * d_head)
 # expect-kind: shape
+# expect-misconception: no-output-projection
 import math
 
 import torch

@@ -1,5 +1,6 @@
 # bug: correct values, but each step rebuilds a full (T+1) x (T+1) causal score matrix and keeps the last row
 # expect-kind: property
+# expect-misconception: quadratic-cost
 import math
 
 import torch

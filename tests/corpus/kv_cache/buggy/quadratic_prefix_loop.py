@@ -1,5 +1,6 @@
 # bug: correct values, but attends over every prefix of the cache in a loop and keeps the last: O(T^2) work per step
 # expect-kind: property
+# expect-misconception: quadratic-cost
 import math
 
 import torch

@@ -1,5 +1,6 @@
 # bug: concatenates along the heads axis (dim=1) instead of the time axis (dim=2)
 # expect-kind: exception
+# expect-misconception: wrong-concat-axis
 import math
 
 import torch

@@ -1,0 +1,24 @@
+# bug: transposes k with k.T, which reverses every axis of a batched tensor
+# expect-kind: exception
+# expect-misconception: fixed-axes-transposed
+# expect-test: test_returns_output_and_weights
+
+import math
+
+import torch
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    d_k = q.size(-1)
+    scores = q @ k.T / math.sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+def causal_mask(L_q, L_k=None, device=None):
+    L_k = L_q if L_k is None else L_k
+    q_pos = torch.arange(L_q, device=device)[:, None] + (L_k - L_q)
+    k_pos = torch.arange(L_k, device=device)[None, :]
+    return k_pos <= q_pos

@@ -1,0 +1,21 @@
+# bug: accepts the mask argument but never uses it
+# expect-kind: values
+# expect-misconception: mask-ignored
+
+import math
+
+import torch
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    d_k = q.size(-1)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+def causal_mask(L_q, L_k=None, device=None):
+    L_k = L_q if L_k is None else L_k
+    q_pos = torch.arange(L_q, device=device)[:, None] + (L_k - L_q)
+    k_pos = torch.arange(L_k, device=device)[None, :]
+    return k_pos <= q_pos

@@ -1,0 +1,23 @@
+# bug: multiplies the scores by the mask, so masked scores become 0 instead of -inf
+# expect-kind: values
+# expect-misconception: mask-multiplied
+
+import math
+
+import torch
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    d_k = q.size(-1)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
+    if mask is not None:
+        scores = scores * mask
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+def causal_mask(L_q, L_k=None, device=None):
+    L_k = L_q if L_k is None else L_k
+    q_pos = torch.arange(L_q, device=device)[:, None] + (L_k - L_q)
+    k_pos = torch.arange(L_k, device=device)[None, :]
+    return k_pos <= q_pos

@@ -1,0 +1,15 @@
+# bug: imports the library attention under another name (from torch.nn.functional import scaled_dot_product_attention as attend) and expands the KV heads itself
+# expect-kind: forbidden
+# expect-misconception: forbidden-api
+import torch
+from torch.nn.functional import scaled_dot_product_attention as attend
+
+
+def decode_step(x_t, k_cache, v_cache, w_q, w_k, w_v, w_o, n_heads):
+    B, n_kv_heads, T, d_head = k_cache.shape
+    q = (x_t @ w_q).reshape(B, n_heads, 1, d_head)
+    k_cache = torch.cat([k_cache, (x_t @ w_k).reshape(B, n_kv_heads, 1, d_head)], dim=2)
+    v_cache = torch.cat([v_cache, (x_t @ w_v).reshape(B, n_kv_heads, 1, d_head)], dim=2)
+    group = n_heads // n_kv_heads
+    out = attend(q, k_cache.repeat_interleave(group, dim=1), v_cache.repeat_interleave(group, dim=1))
+    return out.reshape(B, -1) @ w_o, k_cache, v_cache

@@ -1,0 +1,19 @@
+# bug: returns y_t with its size-1 token axis, (B, 1, d_model)
+# expect-kind: shape
+# expect-misconception: token-axis-kept
+import math
+
+import torch
+
+
+def decode_step(x_t, k_cache, v_cache, w_q, w_k, w_v, w_o, n_heads):
+    B, n_kv_heads, T, d_head = k_cache.shape
+    group = n_heads // n_kv_heads
+    q = (x_t @ w_q).reshape(B, n_heads, 1, d_head)
+    k_cache = torch.cat([k_cache, (x_t @ w_k).reshape(B, n_kv_heads, 1, d_head)], dim=2)
+    v_cache = torch.cat([v_cache, (x_t @ w_v).reshape(B, n_kv_heads, 1, d_head)], dim=2)
+    k = k_cache.repeat_interleave(group, dim=1)
+    v = v_cache.repeat_interleave(group, dim=1)
+    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d_head), dim=-1)
+    out = (w @ v).transpose(1, 2).reshape(B, 1, -1)                    # (B, 1, H * d_head)
+    return out @ w_o, k_cache, v_cache

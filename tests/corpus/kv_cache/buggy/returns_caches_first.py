@@ -1,0 +1,18 @@
+# bug: returns (k_cache, v_cache, y_t) instead of (y_t, k_cache, v_cache)
+# expect-kind: shape
+# expect-misconception: outputs-swapped
+import math
+
+import torch
+
+
+def decode_step(x_t, k_cache, v_cache, w_q, w_k, w_v, w_o, n_heads):
+    B, n_kv_heads, T, d_head = k_cache.shape
+    group = n_heads // n_kv_heads
+    q = (x_t @ w_q).reshape(B, n_heads, 1, d_head)
+    k_cache = torch.cat([k_cache, (x_t @ w_k).reshape(B, n_kv_heads, 1, d_head)], dim=2)
+    v_cache = torch.cat([v_cache, (x_t @ w_v).reshape(B, n_kv_heads, 1, d_head)], dim=2)
+    k = k_cache.repeat_interleave(group, dim=1)
+    v = v_cache.repeat_interleave(group, dim=1)
+    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d_head), dim=-1)
+    return k_cache, v_cache, (w @ v).reshape(B, -1) @ w_o
