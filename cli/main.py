@@ -16,6 +16,8 @@ from lumen_ex import __version__
 from lumen_ex.errors import LumenError
 
 SANDBOXES = ("auto", "docker", "bwrap", "none")
+# rich, then lumen_ex.formats.NAMES (kept literal so that `--help` imports nothing; tests compare them)
+CHECK_FORMATS = ("rich", "json", "junit", "gradescope", "github", "prairielearn")
 workspace_option = click.option("--workspace", "-w", type=click.Path(file_okay=False, path_type=Path),
                                 help="The workspace folder (default: found from the current folder).")
 
@@ -46,14 +48,23 @@ def list_cmd(workspace: Path | None) -> None:
 
 @cli.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-def init(directory: Path) -> None:
+@click.option("--ci", type=click.Choice(("github",)), default=None,
+              help="Also write a CI workflow that checks every exercise on each push (docs/classroom.md).")
+def init(directory: Path, ci: str | None) -> None:
     """Create a workspace in DIRECTORY with every exercise's stub and README."""
     from lumen_ex.catalog import load
     from lumen_ex.workspace import Workspace
 
     from .render import console, render_init
 
-    render_init(console(), Workspace.create(directory, load()), directory)
+    workspace = Workspace.create(directory, load())
+    render_init(console(), workspace, directory)
+    if ci is not None:
+        from lumen_ex.ci import write_ci
+
+        path = write_ci(workspace.root, ci, load())
+        click.echo(f"CI: {path.relative_to(workspace.root)} checks every exercise on each push "
+                   "(set the LUMEN_EX_SPEC variable to where lumen-ex installs from; docs/classroom.md)")
 
 
 @cli.command()
@@ -61,7 +72,8 @@ def init(directory: Path) -> None:
 @workspace_option
 @click.option("--sandbox", type=click.Choice(SANDBOXES), default="auto", show_default=True,
               help="Where your code runs: docker, bwrap, or none (a separate process, not isolated).")
-@click.option("--format", "fmt", type=click.Choice(("rich", "json")), default="rich", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(CHECK_FORMATS), default="rich", show_default=True,
+              help="rich for people; json (ours), junit, gradescope, github or prairielearn for machines.")
 @click.option("--seed", type=int, default=None, help="Seed for the hidden inputs (default: random; shown in the output).")
 @click.option("--device", type=click.Choice(("auto", "cpu", "cuda")), default="auto", show_default=True)
 @click.pass_context
@@ -72,11 +84,49 @@ def check(ctx, exercise: str, workspace: Path | None, sandbox: str, fmt: str, se
     result = run_check(exercise, workspace=workspace, sandbox=sandbox, seed=seed, device=device)
     if fmt == "json":
         click.echo(result.to_json())
+    elif fmt != "rich":
+        import os
+
+        from lumen_ex.formats import emit
+
+        click.echo(emit(fmt, result, os.environ), nl=False)
     else:
         from .render import console, render_result
 
         render_result(console(), result)
     ctx.exit(result.exit_code())
+
+
+@cli.command()
+@click.argument("exercise")
+@workspace_option
+@click.option("--sandbox", type=click.Choice(SANDBOXES), default="auto", show_default=True,
+              help="Where your code runs: bwrap, or none (not isolated); docker is not supported here.")
+@click.option("--seed", type=int, default=None, help="Seed for the hidden inputs (default: one random seed for the session).")
+@click.option("--device", type=click.Choice(("auto", "cpu", "cuda")), default="auto", show_default=True)
+@click.option("--poll", is_flag=True, help="Look at the file every 0.1 s instead of using file events.")
+@click.pass_context
+def watch(ctx, exercise: str, workspace: Path | None, sandbox: str, seed: int | None, device: str, poll: bool) -> None:
+    """Check EXERCISE again every time you save it (Ctrl-C to stop)."""
+    from lumen_ex.watch import WatchSession, serve
+
+    from .render import console, render_result
+
+    con = console()
+    con.print("lumen-ex watch: starting (the first check imports torch)...", style="dim")
+
+    def show(result, session) -> None:
+        if con.is_terminal:
+            con.clear()
+        render_result(con, result)
+        con.print(session.footer, style="dim")
+        sys.stdout.flush()
+
+    try:
+        session = WatchSession(exercise, workspace=workspace, sandbox=sandbox, seed=seed, device=device, poll=poll)
+    except KeyboardInterrupt:   # Ctrl-C while starting: the session has cleaned up after itself
+        ctx.exit(0)
+    ctx.exit(serve(session, show))
 
 
 @cli.command()
@@ -106,6 +156,15 @@ def doctor(fmt: str) -> None:
         from .render import console, render_doctor
 
         render_doctor(console(), report)
+
+
+from .image import image as _image_group  # noqa: E402  `lumen-ex image build|base|status`
+
+cli.add_command(_image_group)
+
+from .grade import grade as _grade_command  # noqa: E402  `lumen-ex grade` (docs/classroom.md)
+
+cli.add_command(_grade_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,6 +8,7 @@ NO_COLOR is set (rich honours both).
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from rich.table import Table
 from rich.text import Text
 
 from lumen_ex.results import Diagnosis, RunResult, Status, TestResult
+
+from .pictures import Heatmap, shape_diagram
 
 MARK = {Status.PASS: ("✓", "green"), Status.FAIL: ("✗", "red"), Status.ERROR: ("!", "red"),
         Status.TIMEOUT: ("⏱", "red"), Status.SKIPPED: ("-", "dim")}
@@ -54,18 +57,23 @@ def render_result(con: Console, result: RunResult) -> None:
     first = result.first_failure
     if first is not None:
         con.print()
-        con.print(_failure_panel(first))
+        con.print(_failure_panel(first, result.misconceptions))
     con.print()
     con.print(_table(result.tests, con.width))
     con.print()
     con.print(_summary(result))
 
 
-def _failure_panel(test: TestResult) -> Panel:
+def _failure_panel(test: TestResult, named: list[dict] | None = None) -> Panel:
+    """The first failure; ``named``: the run's named mistakes (RunResult.misconceptions), whose
+    most consistent one is shown under it with its evidence across the run."""
     lines: list = []
     diag = test.diagnosis
+    top = named[0] if named else None
     if diag is not None:
-        lines += _diagnosis_lines(diag)
+        lines += _diagnosis_lines(diag, run_mistake=top)
+    elif top is not None:
+        lines += [Text(test.message or test.status.value), _run_mistake_line(top)]
     else:
         lines.append(Text(test.message or test.status.value))
     if test.output.strip():
@@ -76,36 +84,45 @@ def _failure_panel(test: TestResult) -> Panel:
     return Panel(Group(*lines), title=title, title_align="left", border_style=color)
 
 
-def _diagnosis_lines(diag: Diagnosis) -> list:
+def _diagnosis_lines(diag: Diagnosis, run_mistake: dict | None = None) -> list:
     label = KIND_LABEL.get(diag.kind, diag.kind)
     out: list = [Text.assemble((f"{label}: ", "bold yellow"), diag.summary)]
     if diag.kind == "shape" and diag.details.get("expected_axes"):
-        exp_axes, got_axes = diag.details["expected_axes"], diag.details.get("got_axes", [])
-        exp = Text("  expected (", style="")
-        got = Text("  got      (", style="")
-        for i, (name, size) in enumerate(zip(exp_axes, diag.expected)):
-            sep = ", " if i else ""
-            exp.append(sep + f"{name}={size}")
-        for i, size in enumerate(diag.got):
-            name = got_axes[i] if i < len(got_axes) else "?"
-            sep = ", " if i else ""
-            ok = i < len(diag.expected) and diag.expected[i] == size
-            got.append(sep)
-            got.append(f"{name}={size}", style="" if ok else "bold red")
-        exp.append(")")
-        got.append(")")
-        out += [exp, got]
+        out += shape_diagram(diag.expected or [], diag.got or [], diag.details["expected_axes"],
+                             diag.details.get("got_axes") or [])
     elif diag.expected is not None or diag.got is not None:
         if diag.kind not in ("values",):
             out.append(Text(f"  expected {diag.expected}   got {diag.got}", style="dim"))
     where = _where(diag)
     if where:
         out.append(Text(f"  {where}", style="dim"))
+    if isinstance(diag.details.get("heatmap"), dict):
+        out.append(Heatmap(diag.details["heatmap"]))
+    if run_mistake is not None and diag.misconception == run_mistake.get("id"):
+        out.append(_run_mistake_line(run_mistake))     # the same mistake, with the run's evidence
+        return out
     if diag.misconception:
         out.append(Text.assemble(("likely mistake: ", "bold magenta"), diag.hint or diag.misconception))
     elif diag.hint:
         out.append(Text.assemble(("try: ", "bold cyan"), diag.hint))
+    if run_mistake is not None:
+        out.append(_run_mistake_line(run_mistake))
     return out
+
+
+def _run_mistake_line(entry: dict) -> Text:
+    """'likely mistake (matches 9 of 9 value tests to 1e-9): ...' from a RunResult.misconceptions entry."""
+    def bound(err) -> str:
+        if not isinstance(err, (int, float)) or not err > 0:
+            return "exactly"
+        return f"to 1e{math.ceil(math.log10(err) - 1e-12)}"
+
+    counted = f"matches {entry.get('matched')} of {entry.get('of')} value tests"
+    if "max_error_float64" in entry and entry.get("max_error_float64") != entry.get("max_error"):
+        evidence = f"{counted}, {bound(entry['max_error_float64'])} in float64"
+    else:
+        evidence = f"{counted} {bound(entry.get('max_error'))}"
+    return Text.assemble((f"likely mistake ({evidence}): ", "bold magenta"), str(entry.get("sentence", "")))
 
 
 def _where(diag: Diagnosis) -> str:
@@ -180,11 +197,13 @@ def render_list(con: Console, workspace, rows) -> None:
     if workspace is None:
         con.print(Text("No workspace here: create one with `lumen-ex init DIR` to track progress.", style="dim"))
     else:
-        con.print(Text(f"workspace: {workspace.root}", style="dim"))
+        con.print(Text(f"workspace: {workspace.root}", style="dim"), soft_wrap=True)
 
 
 def render_init(con: Console, workspace, directory: Path) -> None:
-    con.print(Text.assemble(("Created a lumen-ex workspace in ", ""), (str(workspace.root), "bold")))
+    # soft_wrap: a path is printed whole, never broken across lines, so it can be copied.
+    con.print(Text.assemble(("Created a lumen-ex workspace in ", ""), (str(workspace.root), "bold")),
+              soft_wrap=True)
     con.print(f"Next:\n  cd {directory}\n  open 01-attention/README.md, edit 01-attention/attention.py\n"
               "  lumen-ex check 1")
 

@@ -248,13 +248,17 @@ class WorkerPool:
         self.signatures: dict | None = None
         self.load_failure: Exception | None = None
         self.restarts = 0
+        self.import_output = ""
         self.enforced: dict[str, str] = {}   # which mechanism held each limit (for the record)
         self.spawn(first)
 
-    def spawn(self, launched: Launched | None = None) -> None:
+    def spawn(self, launched: Launched | Worker | None = None) -> None:
         if self.worker is None:
-            self.worker = Worker(launched or self.launcher.launch(self.spec))
-            self.enforced = self.worker.launched.enforcement.describe()
+            if isinstance(launched, Worker):   # handed in warm, perhaps with its hello read (watch mode)
+                self.worker = launched
+            else:
+                self.worker = Worker(launched or self.launcher.launch(self.spec))
+            self.enforced = dict(self.worker.launched.limits)
             self.loaded = False
 
     def discard(self) -> None:
@@ -294,13 +298,15 @@ class WorkerPool:
                     self.load_failure = ImportFailed(_error_of(reply.header), reply.output)
                     raise self.load_failure
                 self.signatures = reply.header.get("functions") if isinstance(reply.header.get("functions"), dict) else {}
+                self.import_output = reply.output   # shown with the first test that runs
                 self.loaded = True
         except WorkerFailure as exc:
             self.discard()
-            if not self.loaded:
-                # The import itself hung or crashed: it would do so again for every test.
-                self.load_failure = type(exc)(f"importing your module: {exc}", exc.output)
-            raise
+            if self.loaded:
+                raise
+            # The import itself hung or crashed: it would do so again for every test.
+            self.load_failure = type(exc)(f"importing your module: {exc}", exc.output)
+            raise self.load_failure from None
         return worker
 
     def call(self, header: dict, tensors: list[torch.Tensor], timeout: float | None = None) -> Reply:

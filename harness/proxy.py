@@ -9,6 +9,7 @@ what the worker *claims* about it, used for feedback such as "your output is on 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,6 +18,7 @@ from lumen_ex.results import CheckFailed, Diagnosis
 
 from . import wire
 from .client import LearnerError, WorkerPool
+from .source_scan import scan_file
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,17 @@ class Submission:
 
     def signature(self, fn: str) -> dict | None:
         """The worker's description of ``fn`` (None when the module does not define it)."""
-        self._pool.ready()
+        try:
+            self._pool.ready()
+        except Exception as exc:
+            # A failed import fails every test the same way: show its output once, with the first.
+            if getattr(exc, "output", "") and not getattr(exc, "output_shown", False):
+                self.outputs.append(exc.output)
+                exc.output_shown = True
+            raise
+        if self._pool.import_output:   # what the module printed while being imported
+            self.outputs.append(self._pool.import_output)
+            self._pool.import_output = ""
         return (self._pool.signatures or {}).get(fn)
 
     @property
@@ -115,9 +127,26 @@ class Submission:
             self.outputs.append(getattr(exc, "output", "") or "")
             raise
         self.outputs.append(reply.output)
-        return self._decode(fn, reply)
+        return self._decode(fn, reply, n_args=len(args), n_grads=len(grad_wrt) if grad_wrt else None,
+                            echo_args=echo_args, count_ops=count_ops)
 
     # -- internals -------------------------------------------------------------------------
+
+    def _forbidden_in_source(self, fn: str) -> list[str]:
+        """The forbidden APIs ``fn`` refers to in the learner's source (harness/source_scan.py): the
+        worker's own record of forbidden calls can be erased by the code it runs, the file cannot."""
+        if not hasattr(self, "_scan"):
+            pool = self._pool
+            forbidden = list(getattr(pool, "forbidden", None) or [])
+            module_dir = getattr(getattr(pool, "spec", None), "module_dir", None)
+            self._scan = (scan_file(Path(module_dir) / self.module_file, forbidden)
+                          if forbidden and module_dir is not None else None)
+            self._scanned: dict[str, list[str]] = {}
+        if self._scan is None:
+            return []
+        if fn not in self._scanned:
+            self._scanned[fn] = self._scan.reached_from(fn)
+        return self._scanned[fn]
 
     def _require(self, fn: str) -> None:
         sig = self.signature(fn)
@@ -130,7 +159,10 @@ class Submission:
             raise CheckFailed(Diagnosis("missing", f"{fn} in {self.module_file} is not a function",
                                         expected="a function", got="something else"))
 
-    def _decode(self, fn: str, reply) -> CallResult:
+    def _decode(self, fn: str, reply, *, n_args: int, n_grads: int | None, echo_args: bool,
+                count_ops: bool) -> CallResult:
+        """Rebuild a reply, checking that its structure is what was asked for: a hostile worker must
+        never make a hidden test's own arithmetic fail (that would be blamed on the grader)."""
         h, tensors = reply.header, reply.tensors
         if not h.get("ok"):
             error = h.get("error") if isinstance(h.get("error"), dict) else {}
@@ -144,17 +176,45 @@ class Submission:
                     result.grad_error = str(grads["error"])[:300]
                 else:
                     result.grads = wire.unpack(grads.get("grads"), tensors)
-            if isinstance(h.get("ops"), dict):
-                result.ops = {k: v for k, v in h["ops"].items() if isinstance(v, (int, str, list))}
-            if "args_after" in h:
-                result.args_after = wire.unpack(h["args_after"], tensors)
+                    _require(isinstance(result.grads, tuple) and len(result.grads) == n_grads
+                             and all(g is None or isinstance(g, torch.Tensor) for g in result.grads),
+                             "gradients are not one tensor (or None) per requested input")
+            elif n_grads is not None:
+                raise wire.ProtocolError("gradients were asked for and not sent")
+            if count_ops:
+                ops = h.get("ops")
+                _require(isinstance(ops, dict) and all(type(ops.get(k)) is int and ops[k] >= 0
+                                                       for k in ("total_elements", "ops", "largest")),
+                         "the work counter's summary is missing or malformed")
+                result.ops = {k: v for k, v in ops.items() if isinstance(v, (int, str, list))}
+            if echo_args:
+                result.args_after = wire.unpack(h.get("args_after"), tensors)
+                _require(isinstance(result.args_after, tuple) and len(result.args_after) == n_args,
+                         "the arguments were not echoed back one for one")
         except wire.ProtocolError as exc:
             self._pool.discard()
             raise CheckFailed(Diagnosis("protocol", f"the worker sent an invalid reply: {exc}")) from None
-        forbidden = h.get("forbidden")
-        if isinstance(forbidden, list) and forbidden:
-            names = [str(n)[:100] for n in forbidden]
+        claimed = h.get("forbidden")
+        forbidden = [str(n)[:100] for n in claimed] if isinstance(claimed, list) else []
+        forbidden += [n for n in self._forbidden_in_source(fn) if n not in forbidden]
+        if forbidden:
+            names = [short_api_name(n) for n in forbidden]
+            listed = " and ".join(names) if len(names) <= 2 else ", ".join(names[:-1]) + " and " + names[-1]
             raise CheckFailed(Diagnosis(
-                "forbidden", f"{fn} called {', '.join(names)}, which this exercise does not allow",
-                got=names, hint="Implement it yourself with matrix products and a softmax."))
+                "forbidden", f"implement it yourself; calling {listed} is not allowed in this exercise",
+                got=names, details={"function": fn}, misconception="forbidden-api",
+                hint="Write it with matrix products (@ or torch.matmul) and torch.softmax, as the README shows."))
         return result
+
+
+def _require(ok: bool, what: str) -> None:
+    if not ok:
+        raise wire.ProtocolError(what)
+
+
+def short_api_name(dotted: str) -> str:
+    """How feedback names an API: F. for torch.nn.functional, nn. for torch.nn."""
+    for prefix, short in (("torch.nn.functional.", "F."), ("torch.nn.", "nn.")):
+        if dotted.startswith(prefix):
+            return short + dotted[len(prefix):]
+    return dotted

@@ -24,9 +24,24 @@ def suite_dir(suite: str) -> Path:
     return Path(graders.__file__).resolve().parent / suite
 
 
+# pytest's own plugins that no hidden suite needs and that cost time on every run (the logging
+# plugin alone is a third of a warm run): ``lean`` runs (lumen-ex watch) leave them out. Fixture
+# providers a suite might use (tmp_path, monkeypatch, recwarn, capsys) stay; nothing here changes
+# a verdict (unraisable/thread exceptions only ever become warnings, which are not recorded).
+LEAN_DISABLED = ("logging", "junitxml", "pastebin", "doctest", "legacypath", "setuponly", "setupplan",
+                 "unittest", "debugging", "faulthandler", "unraisableexception", "threadexception",
+                 "subtests")
+
+
 def run_suite(suite: str, submission: Submission, *, seed: int, device: str,
-              select: str | None = None) -> tuple[list[TestResult], list[str]]:
-    """Run the suite; return its results in file order and any collection errors."""
+              select: str | None = None, lean: bool = False,
+              plugins: tuple = ()) -> tuple[list[TestResult], list[str]]:
+    """Run the suite; return its results in file order and any collection errors.
+
+    ``lean``: leave out the pytest plugins in LEAN_DISABLED (same verdicts, less time per run).
+    ``plugins``: more plugin objects for this session (lumen-ex watch uses one that holds the
+    session at its run loop, collected in advance, until the learner's next save).
+    """
     plugin = GradingPlugin(submission, seed=seed, device=device)
     here = suite_dir(suite)
     args = [
@@ -38,10 +53,12 @@ def run_suite(suite: str, submission: Submission, *, seed: int, device: str,
     ]
     if select:
         args += ["-k", select]
+    if lean:
+        args += [arg for name in LEAN_DISABLED for arg in ("-p", f"no:{name}")]
     saved = os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     try:
-        pytest.main(args, plugins=[plugin])
+        pytest.main(args, plugins=[plugin, *plugins])
     finally:
         if saved is None:
             os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)

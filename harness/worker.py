@@ -28,6 +28,8 @@ wire = torch = None  # imported in main(), once the extra site folders are on sy
 
 LEARNER_DIRS: list[str] = []
 FORBIDDEN_CALLS: list[str] = []
+FORBIDDEN_NAMES: dict[str, str] = {}   # function __name__ -> the dotted forbidden API it belongs to
+_INSIDE_FORBIDDEN = [0]                # > 0 while a forbidden API runs: its own inner calls are not the learner's
 
 
 def main(argv: list[str]) -> int:
@@ -120,8 +122,14 @@ def call(module, header: dict, tensors: list):
 
     def place(t, ref):
         if ref.get("noncontiguous") and t.numel() > 1:
-            # Same values, but every dimension's stride doubled: not contiguous.
-            t = torch.stack([t, t], dim=-1)[..., 0]
+            # Same values, stored with the axes in reverse order (like a tensor after a transpose or
+            # a head split): no two axes can be merged, so any .view() that reshapes fails, as it
+            # would on real strided activations. A 1-D tensor gets a stride of 2 instead.
+            if t.dim() >= 2:
+                order = list(range(t.dim()))[::-1]
+                t = t.permute(order).contiguous().permute(order)
+            else:
+                t = torch.stack([t, t], dim=-1)[..., 0]
         return t
 
     args = list(wire.unpack(header.get("args", {"$list": []}), placed, on_tensor=place))
@@ -134,17 +142,19 @@ def call(module, header: dict, tensors: list):
 
     counter = WorkCounter() if header.get("count_ops") else None
     del FORBIDDEN_CALLS[:]
-    if counter is not None:
-        with counter:
+    _INSIDE_FORBIDDEN[0] = 0
+    with forbidden_watch():
+        if counter is not None:
+            with counter:
+                result = fn(*args, **kwargs)
+        else:
             result = fn(*args, **kwargs)
-    else:
-        result = fn(*args, **kwargs)
 
     out: list = []
     with torch._C.DisableTorchFunctionSubclass():
         reply = {"ok": True, "result": wire.pack(result, out, describe=describe_tensor)[0]}
     if FORBIDDEN_CALLS:
-        reply["forbidden"] = sorted(set(FORBIDDEN_CALLS))
+        reply["forbidden"] = list(dict.fromkeys(FORBIDDEN_CALLS))   # in the order they were first called
     if counter is not None:
         reply["ops"] = counter.summary()
     if grad:
@@ -196,7 +206,17 @@ def flush_learner_streams() -> None:
 
 
 def watch_forbidden(dotted: str) -> None:
-    """Record calls to a forbidden API (feedback only: this process is the learner's)."""
+    """Record calls to a forbidden API (feedback only: this process is the learner's).
+
+    Three layers, so that an alias is caught too: the attribute is replaced by a recording wrapper
+    (before the learner's module is imported, so ``from torch.nn.functional import
+    scaled_dot_product_attention as f`` binds the wrapper); a class gets recording ``__init__`` and
+    ``forward`` (an instance built at import time is caught when it runs); and during each call a
+    torch-function mode records a forbidden function reached any other way (``torch._C._nn``,
+    ``torch.ops.aten``, a reference saved before the wrapper existed). Only the outermost forbidden
+    call is recorded: nn.MultiheadAttention calls F.multi_head_attention_forward, which is not the
+    learner's doing.
+    """
     owner_path, _, attr = dotted.rpartition(".")
     try:
         owner = importlib.import_module(owner_path)
@@ -206,20 +226,63 @@ def watch_forbidden(dotted: str) -> None:
     if target is None:
         return
     if isinstance(target, type):
-        original_init = target.__init__
-
-        def init(self, *a, __orig=original_init, **k):
-            FORBIDDEN_CALLS.append(dotted)
-            __orig(self, *a, **k)
-
-        target.__init__ = init
+        for method in ("__init__", "forward"):
+            original = getattr(target, method, None)
+            if original is not None:
+                setattr(target, method, _recording(original, dotted))
         return
+    FORBIDDEN_NAMES[getattr(target, "__name__", attr)] = dotted
+    if attr == "scaled_dot_product_attention":   # its kernels, called directly through torch.ops.aten
+        for kernel in ("_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention",
+                       "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
+                       "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_fused_attention_overrideable"):
+            FORBIDDEN_NAMES.setdefault(kernel, dotted)
+    setattr(owner, attr, _recording(target, dotted))
+    builtin_owner = getattr(target, "__self__", None)          # e.g. torch._C._nn for a C function
+    if builtin_owner is not None and getattr(builtin_owner, attr, None) is target:
+        try:
+            setattr(builtin_owner, attr, getattr(owner, attr))
+        except (AttributeError, TypeError):
+            pass
 
-    def wrapper(*a, __orig=target, **k):
-        FORBIDDEN_CALLS.append(dotted)
-        return __orig(*a, **k)
 
-    setattr(owner, attr, wrapper)
+def _recording(original, dotted: str):
+    def wrapper(*a, __orig=original, **k):
+        if _INSIDE_FORBIDDEN[0] == 0:
+            FORBIDDEN_CALLS.append(dotted)
+        _INSIDE_FORBIDDEN[0] += 1
+        try:
+            return __orig(*a, **k)
+        finally:
+            _INSIDE_FORBIDDEN[0] -= 1
+
+    wrapper.__name__ = getattr(original, "__name__", "wrapper")
+    wrapper.__qualname__ = getattr(original, "__qualname__", wrapper.__name__)
+    wrapper.__doc__ = getattr(original, "__doc__", None)
+    return wrapper
+
+
+def forbidden_watch():
+    """A torch-function mode that records forbidden functions however they were reached."""
+    from contextlib import nullcontext
+
+    if not FORBIDDEN_NAMES:
+        return nullcontext()
+    from torch.overrides import TorchFunctionMode
+
+    class _Watch(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            dotted = FORBIDDEN_NAMES.get(getattr(func, "__name__", ""))
+            if dotted is None or _INSIDE_FORBIDDEN[0]:
+                return func(*args, **(kwargs or {}))
+            FORBIDDEN_CALLS.append(dotted)
+            _INSIDE_FORBIDDEN[0] += 1
+            try:
+                return func(*args, **(kwargs or {}))
+            finally:
+                _INSIDE_FORBIDDEN[0] -= 1
+
+    return _Watch()
 
 
 def _resolve(dotted: str):

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 from lumen_ex import __version__
-from lumen_ex.sandbox.base import WorkerSpec
+from lumen_ex.sandbox.base import Launcher, WorkerSpec
+from lumen_ex.sandbox.docker import DockerSandbox
 from lumen_ex.sandbox.select import select_launcher
 
 from . import catalog as catalog_mod
@@ -31,8 +32,12 @@ def gpu_present() -> bool:
 
 def run_check(exercise: str | int, *, workspace: Path | None = None, sandbox: str = "auto",
               seed: int | None = None, device: str = "auto", record: bool = True,
-              select: str | None = None) -> RunResult:
-    """Grade ``exercise`` in ``workspace`` (found from the current folder when None)."""
+              select: str | None = None, launcher: Launcher | None = None) -> RunResult:
+    """Grade ``exercise`` in ``workspace`` (found from the current folder when None).
+
+    ``launcher`` overrides ``sandbox``: the grader image's entry point passes the launcher that
+    starts workers as the container's worker user (sandbox/container.py).
+    """
     started = time.monotonic()
     if device not in DEVICES:
         raise UsageError(f"unknown device {device!r}", "Use --device cpu, cuda or auto")
@@ -41,12 +46,38 @@ def run_check(exercise: str | int, *, workspace: Path | None = None, sandbox: st
     ws = Workspace.find(workspace)
     learner_file = ws.exercise_file(ex)
     seed = secrets.randbelow(2**31) if seed is None else int(seed)
-    launcher, warning = select_launcher(sandbox)
+    warning = ""
+    if launcher is None:
+        launcher, warning = select_launcher(sandbox)
+    if isinstance(launcher, DockerSandbox):  # the whole check runs inside the grader container
+        result = launcher.run_check(ex, ws.root, seed=seed, device=device, select=select, note=warning)
+    else:
+        result = grade(ex, ws.root, learner_file, launcher, seed=seed, device=device, select=select,
+                       started=started, warning=warning)
+    if record and result.status is not Status.ERROR:
+        ws.record_check(ex.slug, result.status.value, result.score, result.max_score)
+    return result
+
+
+def grade(ex, workspace: Path, learner_file: Path, launcher: Launcher, *, seed: int, device: str,
+          select: str | None = None, started: float | None = None, warning: str = "",
+          first=None, lean: bool = False, run_tests=None) -> RunResult:
+    """Run the hidden suite of ``ex`` in this process against workers started by ``launcher``.
+
+    ``first``: a worker already launched for this check (a ``Launched``, or a ``harness.client.Worker``
+    whose hello may already have been read), used instead of launching one; ``lumen-ex watch``
+    keeps one ready between saves (lumen_ex/watch.py). It is killed when the check ends.
+    ``lean``: run pytest without the plugins no suite needs (harness/runner.py LEAN_DISABLED).
+    ``run_tests``: called instead of ``_run_tests`` with the same arguments (watch mode runs a
+    pytest session collected in advance).
+    """
+    started = time.monotonic() if started is None else started
     wanted = device
     device = "cuda" if device == "cuda" or (device == "auto" and gpu_present()) else "cpu"
-    spec = WorkerSpec(workspace=ws.root, module_dir=learner_file.parent, device=device, limits=ex.limits)
+    spec = WorkerSpec(workspace=workspace, module_dir=learner_file.parent, device=device, limits=ex.limits)
 
-    first = launcher.launch(spec)  # before importing torch here: the two imports then overlap
+    if first is None:
+        first = launcher.launch(spec)  # before importing torch here: the two imports then overlap
     pool = None
     try:
         from lumen_ex.harness.client import WorkerPool
@@ -56,16 +87,13 @@ def run_check(exercise: str | int, *, workspace: Path | None = None, sandbox: st
                           call_timeout=ex.times.call_seconds,
                           run_deadline=started + ex.times.run_seconds)
         device = _confirm_device(pool, wanted, device)
-        results, errors = _run_tests(ex, pool, learner_file, seed=seed, device=device, select=select)
+        results, errors = (run_tests or _run_tests)(ex, pool, learner_file, seed=seed, device=device,
+                                                    select=select, lean=lean)
     finally:
         (pool.close() if pool is not None else first.kill())
     note = " ".join(filter(None, [launcher.note(), warning]))
     sandbox_info = SandboxInfo(launcher.name, launcher.isolated, pool.enforced, note)
-    result = _assemble(ex, results, errors, sandbox_info,
-                       device=device, seed=seed, started=started)
-    if record and result.status is not Status.ERROR:
-        ws.record_check(ex.slug, result.status.value, result.score, result.max_score)
-    return result
+    return _assemble(ex, results, errors, sandbox_info, device=device, seed=seed, started=started)
 
 
 def _confirm_device(pool, wanted: str, device: str) -> str:
@@ -86,12 +114,13 @@ def _confirm_device(pool, wanted: str, device: str) -> str:
     return "cpu"
 
 
-def _run_tests(ex, pool, learner_file: Path, *, seed: int, device: str, select: str | None):
+def _run_tests(ex, pool, learner_file: Path, *, seed: int, device: str, select: str | None,
+               lean: bool = False):
     from lumen_ex.harness.proxy import Submission
     from lumen_ex.harness.runner import run_suite
 
     submission = Submission(pool, device, learner_file.name)
-    return run_suite(ex.suite, submission, seed=seed, device=device, select=select)
+    return run_suite(ex.suite, submission, seed=seed, device=device, select=select, lean=lean)
 
 
 def score(ex, tests: list[TestResult]) -> None:
@@ -124,7 +153,7 @@ def _assemble(ex, tests, errors, sandbox: SandboxInfo, *, device, seed, started)
                                     message=message, diagnosis=Diagnosis("grader", message))]
     return RunResult(
         exercise=ex.summary(), status=status, sandbox=sandbox, device=device, seed=seed,
-        score=sum(t.score for t in tests), max_score=sum(t.max_score for t in tests),
+        score=round(sum(t.score for t in tests), 6), max_score=round(sum(t.max_score for t in tests), 6),
         duration=time.monotonic() - started, message=message, tests=tests,
         versions={"lumen_ex": __version__, "torch": torch.__version__,
                   "python": platform.python_version(), "catalog": catalog_mod.load().version},

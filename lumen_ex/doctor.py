@@ -49,6 +49,7 @@ def diagnose() -> Report:
     dk = docker_availability()
     add(Finding("sandbox", "docker", dk.ok, "available" if dk.ok else dk.reason, "" if dk.ok else dk.install))
     add(Finding("sandbox", "none", True, "always available, NOT isolated: a separate process with your permissions"))
+    report.findings += docker_findings()
 
     enforcement = Enforcement.prepare(Limits())
     try:
@@ -70,3 +71,30 @@ def diagnose() -> Report:
         add(Finding("device", "cuda", False, "no GPU: checks run on the CPU (GPU tests are skipped, worth 0 points)"))
     add(Finding("device", "cpu", True, f"{platform.machine()}"))
     return report
+
+
+def docker_findings() -> list[Finding]:
+    """The docker backend in detail: the engine, the grader image, and GPUs for containers."""
+    from lumen_ex import image
+    from lumen_ex.sandbox import engine
+    from lumen_ex.sandbox.docker import GPU_INSTALL
+
+    eng = engine.engine()
+    if not eng.running:
+        return [Finding("docker", "engine", False, eng.reason, engine.INSTALL)]
+    found = [Finding("docker", "engine", True, f"running (server {eng.version})")]
+    state = image.status()
+    if state.ok:
+        torch = state.labels.get(image.TORCH_LABEL, "?")
+        found.append(Finding("docker", "image", True, f"{state.ref} is current (torch {torch})"))
+    else:
+        found.append(Finding("docker", "image", False, state.reason, f"Build it: {image.build_command()}"))
+    if eng.nvidia:
+        found.append(Finding("docker", "gpus", True, "NVIDIA container toolkit present: --device cuda passes --gpus all"))
+    elif gpu_present():
+        found.append(Finding("docker", "gpus", False, "an NVIDIA GPU is here, but docker cannot pass it to "
+                             "containers (no NVIDIA container toolkit): --device cuda fails under docker",
+                             GPU_INSTALL))
+    else:
+        found.append(Finding("docker", "gpus", False, "no GPU: docker checks run on the CPU"))
+    return found

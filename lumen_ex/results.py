@@ -103,6 +103,49 @@ class TestResult:
                    output=data.get("output", ""), duration=data.get("duration", 0.0))
 
 
+# Diagnoses that compared values with the reference: the tests a named mistake is counted over.
+VALUE_KINDS = ("values", "nonfinite")
+FLOAT64_EVIDENCE = 1e-9      # the match tolerance of float64 values (graders/support/expect.py)
+
+
+def summarise_misconceptions(tests: list[TestResult]) -> list[dict[str, Any]]:
+    """The mistakes named by value comparisons across a run, the most consistent first.
+
+    Each entry: ``id``; ``sentence`` (what the output equals and what to do); ``matched``, the number
+    of value tests (tests whose values differed from the reference) that named it; ``of``, the number
+    of value tests that could show it (it was among the mistakes compared there: one that gives the
+    reference's answer on a test's input, or that a test does not look for, cannot be seen there);
+    ``max_error``, its largest deviation from the learner's values over the tests that named it;
+    ``max_error_float64`` (only when some of them compared float64 values, matched at 1e-9), the
+    largest over those: the strongest evidence, since lower precisions match at their own tolerance.
+    """
+    value_tests = [t for t in tests if t.diagnosis is not None and t.diagnosis.kind in VALUE_KINDS]
+    found: dict[str, dict[str, Any]] = {}
+    for t in value_tests:
+        d = t.diagnosis
+        if not d.misconception:
+            continue
+        entry = found.setdefault(d.misconception, {
+            "id": d.misconception, "sentence": str(d.details.get("misconception_sentence") or d.hint or d.misconception),
+            "matched": 0, "of": sum(1 for v in value_tests if _could_show(v.diagnosis, d.misconception)),
+            "max_error": 0.0})
+        entry["matched"] += 1
+        err = d.details.get("variant_max_error")
+        if isinstance(err, (int, float)) and err == err:
+            entry["max_error"] = max(entry["max_error"], float(err))
+            tol = d.details.get("variant_tolerance")
+            if isinstance(tol, (int, float)) and tol <= FLOAT64_EVIDENCE:
+                entry["max_error_float64"] = max(entry.get("max_error_float64", 0.0), float(err))
+    return sorted(found.values(), key=lambda e: (-e["matched"], e["max_error"], e["id"]))
+
+
+def _could_show(diag: Diagnosis, misconception: str) -> bool:
+    """Whether a value test compared the learner's values with this mistake (documents without
+    ``variants_compared`` predate it: every value test counts)."""
+    compared = diag.details.get("variants_compared")
+    return not isinstance(compared, list) or misconception in compared or diag.misconception == misconception
+
+
 @dataclass
 class SandboxInfo:
     backend: str                          # "bwrap" | "docker" | "none"
@@ -126,6 +169,11 @@ class RunResult:
     versions: dict[str, str] = field(default_factory=dict)
 
     @property
+    def misconceptions(self) -> list[dict[str, Any]]:
+        """The run-level summary of named mistakes (:func:`summarise_misconceptions`), from the tests."""
+        return summarise_misconceptions(self.tests)
+
+    @property
     def first_failure(self) -> TestResult | None:
         return next((t for t in self.tests if t.status not in (Status.PASS, Status.SKIPPED)), None)
 
@@ -134,6 +182,7 @@ class RunResult:
         return {Status.PASS: 0, Status.FAIL: 1}.get(self.status, 3)
 
     def to_dict(self) -> dict[str, Any]:
+        summary = self.misconceptions
         return {
             "schema_version": SCHEMA_VERSION,
             "exercise": self.exercise,
@@ -147,6 +196,7 @@ class RunResult:
             "seed": self.seed,
             "versions": self.versions,
             "tests": [t.to_dict() for t in self.tests],
+            **({"misconceptions": summary} if summary else {}),
         }
 
     def to_json(self) -> str:

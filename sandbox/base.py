@@ -75,6 +75,7 @@ class Launched:
         self.module_path = module_path     # the module folder as the worker sees it
         self._extra_kill = extra_kill
         self._closed = False
+        self.limits: dict[str, str] = {}   # which mechanism holds each limit, for the record
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -140,8 +141,16 @@ class Launcher(ABC):
     def note(self) -> str:
         return ""
 
+    def scratch(self, spec: WorkerSpec) -> dict[str, str]:
+        """Where the worker may write, for the result record's limits."""
+        return {"tmp": "none: a throwaway folder on the host's disk"}
+
+    def enforcement(self, spec: WorkerSpec) -> Enforcement:
+        """How this launcher's workers are held to ``spec.limits`` (a cgroup when possible, rlimits)."""
+        return Enforcement.prepare(spec.limits, cuda=spec.device == "cuda")
+
     def launch(self, spec: WorkerSpec) -> Launched:
-        enforcement = Enforcement.prepare(spec.limits, cuda=spec.device == "cuda")
+        enforcement = self.enforcement(spec)
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -171,11 +180,15 @@ class Launcher(ABC):
             os.close(fd)
         for fd in (req_w, rep_r, out_r):
             os.set_blocking(fd, False)
-        return Launched(proc, req_w, rep_r, out_r, enforcement, cmd.module_path, cmd.cleanup)
+        launched = Launched(proc, req_w, rep_r, out_r, enforcement, cmd.module_path, cmd.cleanup)
+        launched.limits = {**enforcement.describe(), **self.scratch(spec)}
+        return launched
 
 
 def worker_argv(python: str, worker_dir: str, fds: tuple[int, int], extra_sites: list[str]) -> list[str]:
-    return [python, "-I", "-B", f"{worker_dir}/worker.py", "fds", str(fds[0]), str(fds[1]), *extra_sites]
+    # -I: no user site, no PYTHON* variables, no script folder on sys.path; -B: no .pyc files;
+    # -u: unbuffered, so prints reach the output pipe in the order they were made.
+    return [python, "-I", "-B", "-u", f"{worker_dir}/worker.py", "fds", str(fds[0]), str(fds[1]), *extra_sites]
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,9 @@ class BwrapLauncher(Launcher):
     def availability(cls) -> Availability:
         return _probe()
 
+    def scratch(self, spec: WorkerSpec) -> dict[str, str]:
+        return {"tmp": f"private tmpfs ({spec.limits.tmp_mb} MiB); everything else read-only"}
+
     def command(self, spec: WorkerSpec, fds: tuple[int, int]) -> Command:
         runtime = python_runtime()
         args = [
@@ -57,12 +60,15 @@ class BwrapLauncher(Launcher):
                 args += ["--ro-bind", str(d), str(d)]
         for hidden in _grader_dirs(runtime.mounts):
             args += ["--tmpfs", hidden]
+        for hook in _editable_hooks(runtime.mounts):
+            args += ["--ro-bind", "/dev/null", hook]   # an editable install's finder names our paths
         if spec.device == "cuda":
             args += _cuda_args()
         here = harness_dir()
         for name in WORKER_FILES:
             args += ["--ro-bind", str(here / name), f"/lumen/{name}"]
-        args += ["--ro-bind", str(spec.workspace.resolve()), "/workspace", "--chdir", "/tmp", "--"]
+        args += ["--ro-bind", str(spec.workspace.resolve()), "/workspace"]
+        args += ["--remount-ro", "/", "--chdir", "/tmp", "--"]   # else bwrap's root tmpfs (/, /etc, ...) is writable
         module_path = "/workspace/" + str(spec.module_dir.resolve().relative_to(spec.workspace.resolve()))
         args += worker_argv(runtime.python, "/lumen", fds, list(runtime.extra_sites))
         return Command(args, module_path.rstrip("/."))
@@ -77,6 +83,17 @@ def _grader_dirs(mounts) -> list[str]:
         if any(Path(pkg_dir).is_relative_to(m) for m in mounts):
             found.append(pkg_dir)
     return found
+
+
+def _editable_hooks(mounts) -> list[str]:
+    """The .pth and finder files an editable install of lumen-ex leaves in site-packages."""
+    import site
+
+    hooks = []
+    for folder in {*site.getsitepackages()}:
+        if any(Path(folder).resolve().is_relative_to(m) for m in mounts):
+            hooks += [str(p) for p in sorted(Path(folder).glob("__editable__*lumen_ex*"))]
+    return hooks
 
 
 def _package_dirs(lumen_ex) -> list[str]:

@@ -63,6 +63,7 @@ class Cgroup:
                 parent = CGROUP_ROOT / ctrl / _own_path(ctrl).lstrip("/")
                 if not parent.is_dir():
                     raise OSError(f"no {ctrl} controller")
+                _sweep_stale(parent)
                 path = parent / name
                 path.mkdir()
                 dirs[ctrl] = path
@@ -81,6 +82,7 @@ class Cgroup:
     def _create_v2(cls, name: str, limits: Limits) -> Cgroup | None:
         parent = CGROUP_ROOT / _own_path("").lstrip("/")
         path = parent / name
+        _sweep_stale(parent)
         try:
             enabled = (parent / "cgroup.subtree_control").read_text().split()
             missing = [c for c in ("memory", "pids") if c not in enabled]
@@ -155,6 +157,24 @@ class Cgroup:
                     time.sleep(0.02)
 
 
+def _sweep_stale(parent: Path) -> None:
+    """Remove empty lumen-ex cgroups left by a harness that was killed before it could clean up."""
+    try:
+        children = list(parent.glob("lumen-ex-*-*"))
+    except OSError:
+        return
+    for child in children:
+        try:
+            owner = int(child.name.split("-")[2])
+        except (IndexError, ValueError):
+            continue
+        if owner != os.getpid() and not Path(f"/proc/{owner}").exists():
+            try:
+                child.rmdir()   # fails harmlessly while the cgroup still holds a process
+            except OSError:
+                pass
+
+
 def _own_path(controller: str) -> str:
     """Our own cgroup path for a v1 controller (or v2 when controller is "")."""
     for line in Path("/proc/self/cgroup").read_text().splitlines():
@@ -202,7 +222,6 @@ class Enforcement:
             "processes": processes,
             "cpu_time": f"rlimit ({lim.cpu_seconds} s)",
             "file_size": f"rlimit ({lim.file_mb} MiB)",
-            "tmp": f"tmpfs ({lim.tmp_mb} MiB)",
         }
 
     def preexec(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lumen_ex.errors import SandboxUnavailable
 
+from . import docker
 from .base import Availability, Launcher
 from .bwrap import BwrapLauncher
 from .unisolated import UnisolatedLauncher
@@ -13,22 +14,30 @@ HOST_LAUNCHERS: dict[str, type[Launcher]] = {"bwrap": BwrapLauncher, "none": Uni
 
 
 def docker_availability() -> Availability:
-    return Availability(False, "the docker backend is not part of this version of lumen-ex",
-                        "use --sandbox bwrap")
+    return docker.availability()
 
 
-def select_launcher(name: str) -> tuple[Launcher, str]:
-    """The launcher for ``name``, and a warning to show (empty when none is due)."""
+def select_launcher(name: str) -> tuple[Launcher | docker.DockerSandbox, str]:
+    """The launcher for ``name``, and a warning to show (empty when none is due).
+
+    For docker this is a :class:`docker.DockerSandbox`, which runs the whole check in a container.
+    """
     if name == "auto":
+        note = ""
+        if docker.engine_mod.docker_binary() is not None:
+            avail, state = docker.probe()
+            if avail.ok:
+                return docker.DockerSandbox(state.ref), ""
+            if state.state != "no-engine":   # an engine without the current image: say so
+                note = f"docker not used: {avail.reason} ({avail.install})."
         if BwrapLauncher.availability().ok:
-            return BwrapLauncher(), ""
+            return BwrapLauncher(), note
         why = BwrapLauncher.availability()
-        return UnisolatedLauncher(), (
+        return UnisolatedLauncher(), " ".join(filter(None, [note, (
             f"no sandbox available ({why.reason}): your code runs NOT ISOLATED. "
-            f"Install one with: {why.install}")
+            f"Install one with: {why.install}")]))
     if name == "docker":
-        avail = docker_availability()
-        raise SandboxUnavailable(f"docker sandbox unavailable: {avail.reason}", avail.install)
+        return docker.select_docker(), ""
     cls = HOST_LAUNCHERS.get(name)
     if cls is None:
         raise SandboxUnavailable(f"unknown sandbox {name!r}", f"choose one of {', '.join(CHOICES)}")

@@ -7,10 +7,12 @@ came back shape first. The docstring's first line is what the learner sees as th
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
-from lumen_ex.graders.support import expect, inputs
+from lumen_ex.graders.support import expect, inputs, pictures
 from lumen_ex.graders.support.expect import Expected, Tolerance, fail
 from lumen_ex.reference import attention as ref
 
@@ -18,27 +20,84 @@ from .variants import causal_variants, output_variants
 
 SDPA = "scaled_dot_product_attention"
 EXACT = Tolerance(0.0, 0.0)
+# Tiny, all distinct: the gradient check runs in float64.
+GRADIENT_SIZES = {"B": 2, "H": 3, "L_q": 4, "L_k": 5, "d_k": 7, "d_v": 6}
+# Inputs scaled by 8 give scaled scores of standard deviation 64: many above 88.7, where exp()
+# overflows in float32. The float32 arithmetic on scores that large is good to about 1e-4.
+LARGE_SCALE = 8.0
+LARGE_TOL = Tolerance(1e-3, 1e-3)
+# For the dtype tests: float16 and bfloat16 are matched at 1e-2 and 2e-2, so the known mistakes must be
+# far apart. With d_k = 16 and d_v = 4 the scales 1/sqrt(d_k) = 1/4 and 1/sqrt(d_v) = 1/2 are a factor
+# 2 apart (with the default d_k = 8, d_v = 6 only 1.15) and every mistake is at least ~12 bfloat16
+# tolerances from the reference and from every other (tests/test_variants.py).
+DTYPE_SIZES = {"d_k": 16, "d_v": 4}
+
+
+def _transposes_fixed_axes(exc) -> bool:
+    """A size mismatch raised on a line that transposes more than the last two axes: x.T (every axis
+    of a batched tensor), x.t(), or transpose / swapaxes of other axes than -2 and -1."""
+    if not re.search(r"must match the size|Expected size for first two dimensions|cannot be multiplied|"
+                     r"t\(\) expects a tensor with <= 2 dimensions", exc.message):
+        return False
+    line = expect.failing_line(exc)
+    if re.search(r"\.T\b|\.t\(\)", line):
+        return True
+    for a, b in re.findall(r"(?:transpose|swapaxes|swapdims)\(\s*(-?\d+)\s*,\s*(-?\d+)\s*\)", line):
+        if {int(a), int(b)} != {-2, -1}:
+            return True
+    return False
+
+
+def _numpy_bfloat16(exc) -> bool:
+    return "unsupported ScalarType BFloat16" in exc.message and "numpy" in expect.failing_line(exc)
+
+
+def _json_number(x: float):
+    """A number for a diagnosis field: NaN and inf as text (JSON has no NaN)."""
+    return x if x == x and abs(x) != float("inf") else str(x)
+
+
+# Exceptions whose cause is recognisable: (misconception, sentence, predicate).
+NAMED_EXCEPTIONS = [
+    ("fixed-axes-transposed", "the line that failed transposes axes other than the last two (k.T on a batched "
+     "tensor reverses every axis, (B, H, L_k, d_k) -> (d_k, L_k, H, B)): swap only the last two, "
+     "k.transpose(-2, -1) or k.mT", _transposes_fixed_axes),
+    ("numpy-round-trip", "your code goes through NumPy, which has no bfloat16 (and cuts the autograd graph): "
+     "compute in torch throughout", _numpy_bfloat16),
+]
 
 
 def attend(submission, case, *, dtype=torch.float32, device="cpu", **options):
     """Call the learner's attention on ``case`` and return the CallResult and its (output, weights)."""
     q, k, v = case.cast(dtype)
     kwargs = {} if case.mask is None else {"mask": case.mask}
-    result = submission.call(SDPA, (q, k, v), kwargs, device=device, **options)
+    with expect.exceptions_named(NAMED_EXCEPTIONS):
+        result = submission.call(SDPA, (q, k, v), kwargs, device=device, **options)
     return result, expect.returns(result.value, ("output", "weights"), SDPA)
 
 
-def check_attention(submission, case, *, dtype=torch.float32, device="cpu", **options):
+def check_attention(submission, case, *, dtype=torch.float32, device="cpu", tol=None, **options):
     """The learner's (output, weights) must match the float64 reference on ``case``."""
     result, (out, weights) = attend(submission, case, dtype=dtype, device=device, **options)
     exp_out, exp_w = ref.scaled_dot_product_attention(case.q, case.k, case.v, case.mask)
     expect.tensors([
         Expected(out, exp_out, "output", case.axes("L_q", "d_v"),
-                 lambda: output_variants(case.q, case.k, case.v, case.mask, which=0)),
+                 lambda: output_variants(case.q, case.k, case.v, case.mask, which=0, dtype=dtype), tol),
         Expected(weights, exp_w, "weights", case.axes("L_q", "L_k"),
-                 lambda: output_variants(case.q, case.k, case.v, case.mask, which=1)),
+                 lambda: weight_variants(case, exp_out, dtype, tol), tol),
     ], sizes=case.sizes, dtype=dtype, device=device)
     return result
+
+
+def weight_variants(case, exp_out, dtype, tol=None):
+    """The mistakes that can explain wrong weights: those that leave the output right. The output is
+    checked first, so when the weights are reached it equals the reference: a mistake that changes
+    the output too (a wrong scale, a mask bug) is not what happened."""
+    outs = output_variants(case.q, case.k, case.v, case.mask, which=0, dtype=dtype)
+    mtol = expect.match_tolerance(dtype, tol or expect.TOLERANCES[dtype])
+    changes_output = {v.name for v in expect.candidates(exp_out, outs, mtol)}
+    return [w for w in output_variants(case.q, case.k, case.v, case.mask, which=1, dtype=dtype)
+            if w.name not in changes_output]
 
 
 # -------------------------------------------------------------------------------------------------
@@ -69,8 +128,9 @@ def test_shapes(submission, seed, device, batch_axes):
     case = inputs.attention_case(seed, batch_axes=batch_axes)
     _, (out, weights) = attend(submission, case, device=device)
     exp_out, exp_w = ref.scaled_dot_product_attention(case.q, case.k, case.v)
-    expect.shape(out, exp_out.shape, what="output", axes=case.axes("L_q", "d_v"), sizes=case.sizes)
-    expect.shape(weights, exp_w.shape, what="weights", axes=case.axes("L_q", "L_k"), sizes=case.sizes)
+    expect.shapes([Expected(expect.is_tensor(out, "output"), exp_out, "output", case.axes("L_q", "d_v")),
+                   Expected(expect.is_tensor(weights, "weights"), exp_w, "weights", case.axes("L_q", "L_k"))],
+                  sizes=case.sizes)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -115,11 +175,15 @@ def test_masked_weights_are_zero(submission, seed, device):
     _, (_, weights) = attend(submission, case, device=device)
     expect.shape(weights, case.mask.shape, what="weights", axes=case.axes("L_q", "L_k"), sizes=case.sizes)
     leaked = weights.to(torch.float64).masked_fill(case.mask, 0).abs()
-    if float(leaked.max()) > 0:
-        idx = [int(i) for i in (leaked == leaked.max()).nonzero()[0]]
-        raise fail("property", f"a masked key still gets weight {float(leaked.max()):.3g} at {idx}",
-                   expected=0.0, got=float(leaked.max()), details={"index": idx},
-                   hint="Set masked scores to float('-inf') before the softmax: exp(-inf) is exactly 0.")
+    if not float(leaked.max()) == 0:   # written so that NaN fails too
+        worst = torch.nan_to_num(leaked, nan=float("inf"))             # NaN is the worst leak
+        idx = [int(i) for i in (worst == worst.max()).nonzero()[0]]
+        failure = fail("property", f"a masked key still gets weight {float(leaked.max()):.3g} at {idx}",
+                       expected=0.0, got=_json_number(float(leaked.max())), details={"index": idx},
+                       hint="Set masked scores to float('-inf') before the softmax: exp(-inf) is exactly 0.",
+                       misconception="masked-key-weight")
+        exp_w = ref.scaled_dot_product_attention(case.q, case.k, case.v, case.mask)[1]
+        raise pictures.attach(failure, weights, exp_w, what="weights", axes=case.axes("L_q", "L_k"))
 
 
 # -------------------------------------------------------------------------------------------------
@@ -144,13 +208,14 @@ def test_causal_mask_on_device(submission, device):
     """causal_mask on the device it is given"""
     got = submission.call("causal_mask", (3, 5), {"device": torch.device(device)}, device=device).value
     expect.tensor(got, ref.causal_mask(3, 5), what="causal_mask", axes=("L_q", "L_k"),
-                  sizes={"L_q": 3, "L_k": 5}, dtype=torch.bool, device=device, tol=EXACT)
+                  sizes={"L_q": 3, "L_k": 5}, dtype=torch.bool, device=device, tol=EXACT,
+                  variants=lambda: causal_variants(3, 5))
 
 
 @pytest.mark.group("causal")
 def test_causal_attention_no_future_leakage(submission, seed, device):
     """no leakage from future keys and values"""
-    L = 6
+    L = 7                                        # distinct from B = 2, d_k = 8 and d_v = 6
     case = inputs.attention_case(seed, batch_axes=("B",), L_q=L, L_k=L, mask=None)
     case.mask = ref.causal_mask(L)
     base_out = check_attention(submission, case, device=device).value[0].to(torch.float64)
@@ -159,14 +224,37 @@ def test_causal_attention_no_future_leakage(submission, seed, device):
         probe = inputs.AttentionCase(case.q, case.k.clone(), case.v.clone(), case.mask, case.sizes, case.batch_axes)
         probe.k[:, t + 1:] = inputs.randn(gen, *probe.k[:, t + 1:].shape) * 100
         probe.v[:, t + 1:] = inputs.randn(gen, *probe.v[:, t + 1:].shape) * 100
-        _, (out, _) = attend(submission, probe, device=device)
+        _, (out, probe_w) = attend(submission, probe, device=device)
+        # The same call shape as the first one: a submission must not be able to make our own
+        # arithmetic below fail (that would be reported as a grader error).
+        expect.shape(out, base_out.shape, what="output", axes=case.axes("L_q", "d_v"), sizes=case.sizes)
+        expect.shape(probe_w, (*base_out.shape[:-1], L), what="weights", axes=case.axes("L_q", "L_k"),
+                     sizes=case.sizes)
         change = (out.to(torch.float64)[:, : t + 1] - base_out[:, : t + 1]).abs().max()
-        if float(change) > 1e-4:
-            raise fail("property", f"output of query {t} changed by {float(change):.3g} when only keys/values after "
-                       f"position {t} changed: information leaks from the future",
-                       details={"position": t},
-                       hint="Masked scores must be -inf before the softmax; zeroing or multiplying lets the "
-                            "future leak through the softmax's normaliser or the values.")
+        if not float(change) <= 1e-4:   # NaN fails too
+            failure = fail("property", f"output of query {t} changed by {float(change):.3g} when only keys/values after "
+                           f"position {t} changed: information leaks from the future",
+                           details={"position": t},
+                           hint="Masked scores must be -inf before the softmax; zeroing or multiplying lets the "
+                                "future leak through the softmax's normaliser or the values.",
+                           misconception="future-leak")
+            exp_w = ref.scaled_dot_product_attention(probe.q, probe.k, probe.v, probe.mask)[1]
+            raise pictures.attach(failure, probe_w, exp_w, what="weights", axes=case.axes("L_q", "L_k"))
+
+
+@pytest.mark.group("values")
+def test_large_scores(submission, seed, device):
+    """large scores (about 100) do not overflow the softmax"""
+    case = inputs.attention_case(seed, mask="full", scale=LARGE_SCALE).rounded(torch.float32)
+    # Scores this large saturate the softmax: every mistake but the overflow gives nearly the same
+    # one-hot weights here, so only the overflow is named (the other tests name the rest).
+    overflow = lambda which: [v for v in output_variants(case.q, case.k, case.v, case.mask, which=which,  # noqa: E731
+                                                         dtype=torch.float32) if v.name == "softmax-overflow"]
+    result, (out, weights) = attend(submission, case, device=device)
+    exp_out, exp_w = ref.scaled_dot_product_attention(case.q, case.k, case.v, case.mask)
+    expect.tensors([Expected(out, exp_out, "output", case.axes("L_q", "d_v"), lambda: overflow(0), LARGE_TOL),
+                    Expected(weights, exp_w, "weights", case.axes("L_q", "L_k"), lambda: overflow(1), LARGE_TOL)],
+                   sizes=case.sizes, dtype=torch.float32, device=device)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -177,7 +265,7 @@ def test_causal_attention_no_future_leakage(submission, seed, device):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16], ids=["float64", "float16", "bfloat16"])
 def test_dtype(submission, seed, device, dtype):
     """keeps the inputs' dtype"""
-    check_attention(submission, inputs.attention_case(seed, mask="full"), dtype=dtype, device=device)
+    check_attention(submission, inputs.attention_case(seed, mask="full", **DTYPE_SIZES), dtype=dtype, device=device)
 
 
 @pytest.mark.group("properties")
@@ -200,11 +288,15 @@ def test_weight_rows_sum_to_one(submission, seed, device):
                      axes=case.axes("L_q", "L_k"), sizes=case.sizes)
         sums = weights.to(torch.float64).sum(-1)
         off = (sums - 1).abs()
-        if float(off.max()) > 1e-4:
+        if not float(off.max()) <= 1e-4:   # NaN fails too
+            off = torch.nan_to_num(off, nan=float("inf"))                # NaN is the worst row
             idx = [int(i) for i in (off == off.max()).nonzero()[0]]
-            raise fail("property", f"weight rows sum to between {float(sums.min()):.3g} and {float(sums.max()):.3g}, "
-                       f"not 1 (worst at {idx})", expected=1.0, got=float(sums.flatten()[int(off.argmax())]),
-                       hint="Softmax over the keys (dim=-1), and mask before the softmax, not after it.")
+            failure = fail("property", f"weight rows sum to between {float(sums.min()):.3g} and {float(sums.max()):.3g}, "
+                           f"not 1 (worst at {idx})", expected=1.0, got=_json_number(float(sums.flatten()[int(off.argmax())])),
+                           hint="Softmax over the keys (dim=-1), and mask before the softmax, not after it.",
+                           misconception="weight-rows-not-normalised")
+            exp_w = ref.scaled_dot_product_attention(case.q, case.k, case.v, case.mask)[1]
+            raise pictures.attach(failure, weights, exp_w, what="weights", axes=case.axes("L_q", "L_k"))
 
 
 @pytest.mark.group("properties")
@@ -214,21 +306,30 @@ def test_inputs_unchanged(submission, seed, device):
     q, k, v = case.cast(torch.float32)
     result = submission.call(SDPA, (q, k, v, case.mask), echo_args=True, device=device)
     for name, before, after in zip(("q", "k", "v", "mask"), (q, k, v, case.mask), result.args_after or ()):
-        if after.shape != before.shape or not torch.equal(after, before):
+        if (not isinstance(after, torch.Tensor) or after.shape != before.shape
+                or after.dtype != before.dtype or not torch.equal(after, before)):
             raise fail("property", f"your function modified its input {name} in place",
-                       hint="Use out-of-place operations (masked_fill, not masked_fill_; x = x / s, not x /= s).")
+                       hint="Use out-of-place operations (masked_fill, not masked_fill_; x = x / s, not x /= s).",
+                       misconception="inputs-modified")
 
 
 @pytest.mark.group("properties")
 def test_gradients_flow(submission, seed, device):
     """gradients reach q, k and v"""
-    case = inputs.attention_case(seed, mask="full", L_q=3, L_k=4, d_k=5, d_v=2, B=2, H=1)
+    case = inputs.attention_case(seed, mask="full", **GRADIENT_SIZES)
     gen = inputs.generator(seed + 7)
     exp_out, exp_w = ref.scaled_dot_product_attention(case.q, case.k, case.v, case.mask)
     g_out, g_w = inputs.randn(gen, *exp_out.shape), inputs.randn(gen, *exp_w.shape)
     result = submission.call(SDPA, (case.q, case.k, case.v), {"mask": case.mask}, device=device,
                              grad_wrt=(0, 1, 2), grad_seeds=(g_out, g_w))
-    expect.returns(result.value, ("output", "weights"), SDPA)
+    out, weights = expect.returns(result.value, ("output", "weights"), SDPA)
+    # Forward values first (float64: a mistake is named to 1e-9): wrong values explain wrong gradients.
+    expect.tensors([
+        Expected(out, exp_out, "output", case.axes("L_q", "d_v"),
+                 lambda: output_variants(case.q, case.k, case.v, case.mask, which=0, dtype=torch.float64)),
+        Expected(weights, exp_w, "weights", case.axes("L_q", "L_k"),
+                 lambda: weight_variants(case, exp_out, torch.float64)),
+    ], sizes=case.sizes, dtype=torch.float64, device=device)
     q, k, v = (t.clone().requires_grad_() for t in (case.q, case.k, case.v))
     out, w = ref.scaled_dot_product_attention(q, k, v, case.mask)
     expected = torch.autograd.grad((out * g_out).sum() + (w * g_w).sum(), (q, k, v))

@@ -7,6 +7,8 @@ first failing check is the one reported, because it explains the ones after it.
 
 from __future__ import annotations
 
+import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -16,6 +18,7 @@ from lumen_ex.harness.proxy import meta
 from lumen_ex.harness.wire import Opaque
 from lumen_ex.results import CheckFailed, Diagnosis
 
+from . import pictures
 from .shapes import axis_index, name_shape
 
 
@@ -42,8 +45,38 @@ class Variant:
     """A known wrong answer: what the output would be with a particular mistake (in float64)."""
 
     name: str            # short id, e.g. "no-scale"
-    sentence: str        # one sentence a learner understands
+    sentence: str        # what the learner's output equals, e.g. "your output equals attention without ..."
     value: torch.Tensor
+    fix: str = ""        # what to do about it, e.g. "divide the scores by math.sqrt(d_k)"
+
+    def explained(self) -> str:
+        """The sentence and the fix, as one line."""
+        return f"{self.sentence}: {self.fix}" if self.fix else self.sentence
+
+
+# Naming a mistake needs evidence: the learner's output must equal the variant. A float64 output
+# differs from a float64 variant by rounding only (~1e-15), so 1e-9 is the bar there; in lower
+# precision the comparison's own tolerance (the dtype's, or the test's) is the best evidence there is.
+MATCH_TOLERANCE_FLOAT64 = Tolerance(1e-9, 1e-9)
+# A variant within this many match tolerances of the reference gives the reference's answer on this
+# input (e.g. "cache ignored" when the cache is empty): it is no candidate for this comparison.
+SAME_AS_REFERENCE = 2.0
+
+# Mistakes named from what came back rather than from its values; every suite can report them.
+GENERIC_MISCONCEPTIONS = {
+    "outputs-swapped": "the returned tensors are in the wrong order",
+    "axes-transposed": "a returned tensor has the right axes in the wrong order",
+    "dtype-upcast": "the result has a wider dtype than the inputs (.float(), .double(), NumPy)",
+    "dtype-downcast": "the result has a narrower dtype than the inputs (a fixed .float(), or new tensors made without dtype=)",
+    "not-bool": "a mask is returned as numbers instead of bool",
+    "no-gradient": "the result is cut off from autograd (.detach(), .item(), a NumPy round trip, torch.no_grad())",
+    "gradient-mismatch": "the forward values are right but the gradients are not (an in-place edit under torch.no_grad())",
+}
+
+
+def match_tolerance(dtype: torch.dtype, tol: Tolerance) -> Tolerance:
+    """The tolerance for naming a variant: 1e-9 in float64, else the comparison's own."""
+    return MATCH_TOLERANCE_FLOAT64 if dtype == torch.float64 else tol
 
 
 def fail(kind: str, summary: str, **fields) -> CheckFailed:
@@ -121,11 +154,13 @@ def gradients(result, expected: Sequence[torch.Tensor], names: Sequence[str], to
     if result.grad_error or result.grads is None:
         raise fail("property", "no gradient flows back to the inputs: " + (result.grad_error or "none returned"),
                    hint="Something breaks the autograd graph: .detach(), .item(), .numpy() / torch.tensor(...) "
-                        "round trips, or writing into a new tensor with torch.no_grad().")
+                        "round trips, or writing into a new tensor with torch.no_grad().",
+                   misconception="no-gradient")
     for name, got, want in zip(names, result.grads, expected):
         if got is None:
             raise fail("property", f"no gradient reaches {name}: the output does not depend on it through autograd",
-                       hint=f"Check every use of {name}: a .detach() or a NumPy round trip cuts it off.")
+                       hint=f"Check every use of {name}: a .detach() or a NumPy round trip cuts it off.",
+                       misconception="no-gradient")
         if not isinstance(got, torch.Tensor) or got.shape != want.shape:
             raise fail("property", f"the gradient for {name} has the wrong shape",
                        expected=list(want.shape), got=list(getattr(got, "shape", [])))
@@ -133,7 +168,8 @@ def gradients(result, expected: Sequence[torch.Tensor], names: Sequence[str], to
         if not err <= tol + tol * float(want.abs().max()):
             raise fail("property", f"the gradient with respect to {name} differs from the reference's by up to {err:.3g}",
                        details={"max_abs_error": err},
-                       hint="Forward values can match while gradients do not, e.g. after an in-place edit.")
+                       hint="Forward values can match while gradients do not, e.g. after an in-place edit.",
+                       misconception="gradient-mismatch")
 
 
 # -------------------------------------------------------------------------------------------------
@@ -167,12 +203,13 @@ def tensors(items: Sequence[Expected], *, sizes: dict[str, int], dtype: torch.dt
             raise fail("type", f"{it.what} is a {pytype}, not a plain torch.Tensor",
                        expected="torch.Tensor", got=pytype,
                        hint="Return ordinary tensors; subclasses are not accepted.")
-    for it in items:
-        shape(it.got, it.value.shape, what=it.what, axes=it.axes, sizes=sizes)
+    shapes(items, sizes=sizes)
     for it in items:
         if it.got.dtype != dtype:
-            raise fail("dtype", f"{it.what} has dtype {_dt(it.got.dtype)}; the inputs were {_dt(dtype)}",
-                       expected=_dt(dtype), got=_dt(it.got.dtype), hint=_dtype_hint(it.got.dtype, dtype))
+            wanted = "it should be bool" if dtype == torch.bool else f"the inputs were {_dt(dtype)}"
+            raise fail("dtype", f"{it.what} has dtype {_dt(it.got.dtype)}; {wanted}",
+                       expected=_dt(dtype), got=_dt(it.got.dtype), hint=_dtype_hint(it.got.dtype, dtype),
+                       misconception=dtype_misconception(it.got.dtype, dtype))
     for it in items:
         where = meta(it.got).device
         if where.split(":")[0] != device.split(":")[0]:
@@ -180,8 +217,12 @@ def tensors(items: Sequence[Expected], *, sizes: dict[str, int], dtype: torch.dt
                        expected=device, got=where,
                        hint="Create new tensors with device=q.device (or torch.zeros_like and friends).")
     for it in items:
-        values(it.got, it.value, what=it.what, axes=it.axes, tol=it.tol or TOLERANCES[dtype],
-               variants=it.variants)
+        try:
+            values(it.got, it.value, what=it.what, axes=it.axes, tol=it.tol or TOLERANCES[dtype],
+                   variants=it.variants)
+        except CheckFailed as exc:   # wrong weights or mask: show them as a heatmap (pictures.py)
+            pictures.illustrate(exc.diagnosis, it, items, lambda x: x.tol or TOLERANCES[dtype])
+            raise
 
 
 def tensor(got, expected: torch.Tensor, *, what: str, axes: Sequence[str], sizes: dict[str, int],
@@ -196,13 +237,40 @@ def shape(got: torch.Tensor, expected_shape, *, what: str, axes: Sequence[str], 
     got_shape = tuple(got.shape)
     if got_shape == expected_shape:
         return
+    raise _shape_failure(got_shape, expected_shape, what=what, axes=axes, sizes=sizes)
+
+
+def shapes(items: Sequence[Expected], *, sizes: dict[str, int]) -> None:
+    """Every item has its expected shape. Returned tensors whose shapes are the expected ones in
+    another order (``return weights, output``) are named as such, before any single shape."""
+    got = [tuple(it.got.shape) for it in items]
+    want = [tuple(it.value.shape) for it in items]
+    if len(items) > 1 and got != want and sorted(got) == sorted(want):
+        i = next(i for i in range(len(items)) if got[i] != want[i])
+        j = next(j for j in range(len(items)) if want[j] == got[i] and got[j] != want[j])
+        names = [it.what for it in items]
+        failure = _shape_failure(got[i], want[i], what=items[i].what, axes=items[i].axes, sizes=sizes)
+        diag = failure.diagnosis
+        diag.misconception = "outputs-swapped"
+        diag.hint = (f"your {items[i].what} has the shape of {items[j].what}: the values come back in the wrong "
+                     f"order; return them as ({', '.join(names)})")
+        diag.details["swapped_with"] = items[j].what
+        raise failure
+    for it in items:
+        shape(it.got, it.value.shape, what=it.what, axes=it.axes, sizes=sizes)
+
+
+def _shape_failure(got_shape: tuple, expected_shape: tuple, *, what: str, axes: Sequence[str],
+                   sizes: dict[str, int]) -> CheckFailed:
     exp_names = tuple(axes)
     got_names = name_shape(got_shape, sizes)
     summary = (f"{what}: expected ({', '.join(exp_names)}) = {_tuple(expected_shape)}, "
                f"got ({', '.join(got_names)}) = {_tuple(got_shape)}")
-    raise fail("shape", summary, expected=list(expected_shape), got=list(got_shape),
-               details={"expected_axes": list(exp_names), "got_axes": list(got_names)},
-               hint=_shape_hint(exp_names, got_names))
+    transposed = len(got_shape) == len(expected_shape) and sorted(got_shape) == sorted(expected_shape)
+    return fail("shape", summary, expected=list(expected_shape), got=list(got_shape),
+                details={"expected_axes": list(exp_names), "got_axes": list(got_names)},
+                hint=_shape_hint(exp_names, got_names),
+                misconception="axes-transposed" if transposed else None)
 
 
 def values(got: torch.Tensor, expected: torch.Tensor, *, what: str, axes: Sequence[str],
@@ -214,11 +282,13 @@ def values(got: torch.Tensor, expected: torch.Tensor, *, what: str, axes: Sequen
         idx = tuple(int(i) for i in bad_nonfinite.nonzero()[0])
         kind = "NaN" if bool(torch.isnan(g[idx])) else "inf"
         count = int(bad_nonfinite.sum())
-        raise fail("nonfinite", f"{what} has {count} non-finite value(s): {kind} at {_where(idx, axes)}",
-                   expected="finite values", got=f"{count} NaN/inf",
-                   details={"index": list(idx), "count": count},
-                   hint="NaN usually comes from a softmax over a row that is all -inf, or from an "
-                        "overflow in float16; check the mask and where you apply it.")
+        diag = Diagnosis("nonfinite", f"{what} has {count} non-finite value(s): {kind} at {_where(idx, axes)}",
+                         expected="finite values", got=f"{count} NaN/inf",
+                         details={"index": list(idx), "count": count},
+                         hint="NaN usually comes from a softmax over a row that is all -inf, or from an "
+                              "overflow (exp of a large score); check the mask and where you apply it.")
+        name_mistake(diag, g, e, dtype=got.dtype, tol=tol, variants=variants)
+        raise CheckFailed(diag)
     err = (g - e).abs()
     allowed = tol.atol + tol.rtol * e.abs()
     wrong = err > allowed
@@ -234,22 +304,123 @@ def values(got: torch.Tensor, expected: torch.Tensor, *, what: str, axes: Sequen
     summary = (f"{what}: {n_wrong} of {total} values differ; largest error {float(err.max()):.3g} "
                f"at {_where(idx, axes)} (expected {float(e[idx]):.4g}, got {float(g[idx]):.4g})")
     diag = Diagnosis("values", summary, expected=float(e[idx]), got=float(g[idx]), details=details)
-    if variants is not None:
-        match = match_variant(g, variants(), tol)
-        if match is not None:
-            diag.misconception = match.name
-            diag.hint = match.sentence
+    name_mistake(diag, g, e, dtype=got.dtype, tol=tol, variants=variants)
     raise CheckFailed(diag)
 
 
-def match_variant(got64: torch.Tensor, candidates: list[Variant], tol: Tolerance) -> Variant | None:
-    """The first known mistake whose output equals the learner's (within the dtype's tolerance)."""
+# -------------------------------------------------------------------------------------------------
+# Naming the mistake behind wrong values
+
+
+def name_mistake(diag: Diagnosis, got64: torch.Tensor, expected64: torch.Tensor, *, dtype: torch.dtype,
+                 tol: Tolerance, variants: Callable[[], list[Variant]] | None) -> None:
+    """Set ``diag.misconception`` to the first variant the learner's values equal, with the evidence:
+    the hint says to what precision they match, ``details`` keeps the numbers for the run summary."""
+    if variants is None:
+        diag.details["variants_compared"] = []
+        return
+    mtol = match_tolerance(dtype, tol)
+    cands = candidates(expected64, variants(), mtol)
+    diag.details["variants_compared"] = [v.name for v in cands]   # the mistakes this input can show
+    found = match_variant(got64, cands, mtol)
+    if found is None:
+        return
+    variant, err = found
+    diag.misconception = variant.name
+    diag.hint = evidence(variant, err)
+    diag.details.update({"variant_max_error": err, "variant_tolerance": mtol.atol,
+                         "misconception_sentence": variant.explained()})
+
+
+def candidates(expected: torch.Tensor, variants: list[Variant], tol: Tolerance) -> list[Variant]:
+    """The variants that give a different answer from the reference on this input."""
+    return [v for v in variants if separation(v.value, expected, tol) > SAME_AS_REFERENCE]
+
+
+def match_variant(got64: torch.Tensor, candidates: list[Variant], tol: Tolerance) -> tuple[Variant, float] | None:
+    """The first known mistake whose output equals the learner's within ``tol`` (NaN and inf must sit
+    at the same places), with the largest deviation between the two."""
     for cand in candidates:
-        value = cand.value.to(torch.float64)
-        if value.shape == got64.shape and bool(torch.isfinite(value).all()):
-            if bool(((got64 - value).abs() <= tol.atol + tol.rtol * value.abs()).all()):
-                return cand
+        if separation(got64, cand.value, tol) <= 1.0:
+            value = cand.value.to(torch.float64)
+            finite = torch.isfinite(value)
+            err = float((got64 - value)[finite].abs().max()) if bool(finite.any()) else 0.0
+            return cand, err
     return None
+
+
+def separation(a: torch.Tensor, b: torch.Tensor, tol: Tolerance) -> float:
+    """How far ``a`` is from ``b`` in tolerances: the largest |a - b| / (atol + rtol |b|). Infinite when
+    the shapes differ or the NaN/inf entries do not sit at the same places with the same values (two
+    NaN are equal here: the same wrong answer gives NaN at the same places)."""
+    if tuple(a.shape) != tuple(b.shape):
+        return math.inf
+    a, b = a.detach().to("cpu", torch.float64), b.detach().to("cpu", torch.float64)
+    fa, fb = torch.isfinite(a), torch.isfinite(b)
+    if not torch.equal(fa, fb):
+        return math.inf
+    if not bool(fa.all()):
+        na, nb = a[~fa], b[~fb]
+        if not torch.equal(torch.isnan(na), torch.isnan(nb)) or not torch.equal(na[~torch.isnan(na)], nb[~torch.isnan(nb)]):
+            return math.inf
+    if not bool(fa.any()):
+        return 0.0
+    diff = (a - b)[fa].abs()
+    allowed = tol.atol + tol.rtol * b[fa].abs()
+    ratio = torch.where(allowed > 0, diff / allowed.clamp_min(1e-300), torch.where(diff > 0, math.inf, 0.0))
+    return float(ratio.max())
+
+
+def bound(err: float) -> str:
+    """'to 1e-9': the smallest power of ten at or above ``err``; 'exactly' for 0."""
+    if not err > 0:
+        return "exactly"
+    return f"to 1e{math.ceil(math.log10(err) - 1e-12)}"
+
+
+def evidence(variant: Variant, err: float) -> str:
+    """The variant's sentence with the evidence for it: how closely this test's values equal it."""
+    said = f"{variant.sentence} {bound(err)} on this test's input"
+    return f"{said}: {variant.fix}" if variant.fix else said
+
+
+def dtype_misconception(got: torch.dtype, want: torch.dtype) -> str | None:
+    """The id of a dtype mistake: a wider or narrower float than the inputs, or numbers for a bool."""
+    if want == torch.bool:
+        return "not-bool"
+    if got.is_floating_point and want.is_floating_point:
+        return "dtype-upcast" if torch.finfo(got).bits > torch.finfo(want).bits else "dtype-downcast"
+    return None
+
+
+def failing_line(exc) -> str:
+    """The source line of the learner's innermost frame in a LearnerError's traceback ('' if none)."""
+    for frame in reversed(getattr(exc, "where", None) or []):
+        if isinstance(frame, dict) and isinstance(frame.get("code"), str):
+            return frame["code"]
+    return ""
+
+
+@contextmanager
+def exceptions_named(rules: Sequence[tuple[str, str, Callable]]):
+    """Name the mistake behind an exception the learner's code raised, when it is recognisable:
+    each rule is (misconception id, sentence, predicate(LearnerError) -> bool); the first that
+    holds turns the exception into the same ``exception`` diagnosis, with the mistake named."""
+    from lumen_ex.harness.client import ImportFailed, LearnerError
+    from lumen_ex.harness.plugin import _learner_error
+
+    try:
+        yield
+    except LearnerError as exc:
+        if isinstance(exc, ImportFailed):
+            raise
+        for name, sentence, holds in rules:
+            if holds(exc):
+                diag = _learner_error(exc)
+                if diag.kind == "exception":
+                    diag.misconception, diag.hint = name, sentence
+                    raise CheckFailed(diag) from None
+        raise
 
 
 def _localise(wrong: torch.Tensor, axes: Sequence[str]) -> dict:

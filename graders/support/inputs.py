@@ -22,11 +22,23 @@ def randn(gen: torch.Generator, *shape: int) -> torch.Tensor:
 
 
 def random_mask(gen: torch.Generator, *shape: int, p: float = 0.6) -> torch.Tensor:
-    """Bool (..., L_q, L_k): key 0 always allowed, the last key never, the rest at random."""
+    """Bool (..., L_q, L_k), at random, with one allowed and one hidden key forced in every row.
+
+    The forced keys move with the row and with the leading (batch, head) index: every row of the
+    mask and of its inverse keeps a True, and no key is hidden from every query or from every head
+    at once. A key hidden all down a column (or across all heads) would turn a softmax over the
+    queries (or the heads) into NaN for every output row alike, and those two mistakes could then
+    not be told apart.
+    """
     mask = torch.rand(*shape, generator=gen, dtype=torch.float64) < p
-    mask[..., 0] = True
-    mask[..., -1] = False
-    return mask
+    L_q, L_k = shape[-2], shape[-1]
+    flat = mask.reshape(-1, L_q, L_k)
+    hide_at = 1 + (L_k - 1) // 2           # never 0 mod L_k (L_k >= 2): the two forced keys differ
+    for n in range(flat.shape[0]):
+        for i in range(L_q):
+            flat[n, i, (i + n) % L_k] = True
+            flat[n, i, (i + n + hide_at) % L_k] = False
+    return flat.reshape(shape)
 
 
 @dataclass
@@ -45,6 +57,12 @@ class AttentionCase:
 
     def cast(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.q.to(dtype), self.k.to(dtype), self.v.to(dtype)
+
+    def rounded(self, dtype: torch.dtype) -> "AttentionCase":
+        """The same case with q, k, v rounded to ``dtype`` (kept in float64): the reference then sees
+        exactly the inputs the learner gets, which matters where large values amplify rounding."""
+        q, k, v = (t.to(dtype).to(torch.float64) for t in (self.q, self.k, self.v))
+        return AttentionCase(q, k, v, self.mask, self.sizes, self.batch_axes)
 
 
 DEFAULT_SIZES = {"B": 2, "H": 3, "L_q": 5, "L_k": 7, "d_k": 8, "d_v": 6}
