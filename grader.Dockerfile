@@ -1,6 +1,8 @@
 # The lumen-ex grader image: Python, torch, lumen-ex (hidden suites and reference included), and one
 # entry point that grades one exercise of a workspace mounted read-only at /workspace and writes the
 # result document to /results/result.json. See docs/docker.md for the contract and the guarantees.
+# The same image is a Gradescope autograder (/autograder/run_autograder) and a PrairieLearn external
+# grader (entry point lumen-ex-platform prairielearn): docs/classroom.md.
 #
 # Build it with `lumen-ex image build` (it makes the build context: this file and a wheelhouse of
 # every Python package, so the build itself needs no network: `docker build --network none`).
@@ -41,7 +43,10 @@ RUN set -eu \
         chmod go+rx "$site/lumen_ex/harness/__pycache__"; \
         chmod go+r "$site/lumen_ex/harness/__pycache__"/wire.*.pyc; \
     fi \
- && mkdir -p /workspace /results /run/lumen \
+ && mkdir -p /workspace /results /run/lumen /autograder \
+ && printf '%s\n' '#!/bin/sh' '# Gradescope runs this once per submission: docs/classroom.md, "On Gradescope".' \
+        'exec /opt/lumen/venv/bin/lumen-ex-platform gradescope "$@"' > /autograder/run_autograder \
+ && chmod 0755 /autograder/run_autograder \
  && chmod 0700 /results /run/lumen \
  && chmod 0755 /workspace
 

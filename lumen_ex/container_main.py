@@ -44,8 +44,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The console script: grade, write the document, and end the process at once."""
-    code = run(sys.argv[1:] if argv is None else argv)
+    """The console script: grade, write the document, and end the process at once.
+
+    An absolute path as the first argument is a command to run instead, as hosted platforms run an
+    image (``docker run IMAGE /autograder/run_autograder``, Gradescope's local run).
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0].startswith("/"):
+        os.execv(argv[0], argv)
+    code = run(argv)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)   # the document is in place: skip the interpreter's (and torch's) slow shutdown
@@ -72,6 +79,11 @@ def run(argv: list[str]) -> int:
 
 def error_document(exercise: str, seed: int | None, device: str, exc: BaseException, started: float) -> dict:
     """A result document for a check that could not run: status error, the reason as the message."""
+    return error_result(exercise, seed, device, exc, started).to_dict()
+
+
+def error_result(exercise: str, seed: int | None, device: str, exc: BaseException, started: float):
+    """The RunResult of a check that could not run (see :func:`error_document`)."""
     from lumen_ex import __version__
     from lumen_ex.errors import LumenError
     from lumen_ex.results import Diagnosis, RunResult, SandboxInfo, Status, TestResult
@@ -95,7 +107,7 @@ def error_document(exercise: str, seed: int | None, device: str, exc: BaseExcept
         tests=[TestResult("grader", "the grader ran", "grader", Status.ERROR, message=message,
                           diagnosis=Diagnosis("grader", message))],
         versions={"lumen_ex": __version__, "python": platform.python_version()},
-    ).to_dict()
+    )
 
 
 def write_atomically(path: Path, document: dict) -> None:

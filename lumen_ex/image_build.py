@@ -38,7 +38,10 @@ from lumen_ex import __version__, image
 from lumen_ex.errors import LumenError, SandboxUnavailable, UsageError
 from lumen_ex.sandbox import engine as engine_mod
 
-ENTRY_POINT = "lumen-ex-grade = lumen_ex.container_main:main"   # grader.Dockerfile's ENTRYPOINT
+ENTRY_POINTS = (
+    "lumen-ex-grade = lumen_ex.container_main:main",          # grader.Dockerfile's ENTRYPOINT
+    "lumen-ex-platform = lumen_ex.platforms:main",            # Gradescope / PrairieLearn (docs/classroom.md)
+)
 TARGET_PYTHON = "3.11"          # the Python of both supported bases; the wheelhouse is made for it
 DEBIAN_SUITE = "bookworm"
 Progress = Callable[[str, "int | None", "int | None"], None]
@@ -151,11 +154,12 @@ def write_wheel(dest: Path, files: dict[str, Path] | None = None) -> Path:
 
 
 def _entry_points(text: str) -> str:
-    """The installed entry points, plus the image's entry point when an older install lacks it."""
-    if "lumen-ex-grade" not in text:
-        if "[console_scripts]" not in text:
-            text = "[console_scripts]\n" + text
-        text = text.replace("[console_scripts]\n", f"[console_scripts]\n{ENTRY_POINT}\n", 1)
+    """The installed entry points, plus the image's entry points when an older install lacks them."""
+    for entry in ENTRY_POINTS:
+        if entry.split(" = ")[0] not in text:
+            if "[console_scripts]" not in text:
+                text = "[console_scripts]\n" + text
+            text = text.replace("[console_scripts]\n", f"[console_scripts]\n{entry}\n", 1)
     return text
 
 

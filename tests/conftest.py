@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,14 @@ requires_bwrap = pytest.mark.skipif(
 def best_sandbox() -> str:
     """bwrap when it works here, else the unisolated mode (the verdicts are the same)."""
     return "bwrap" if bwrap_ok() else "none"
+
+
+def interruptible() -> None:
+    """``preexec_fn`` for a child process that a test will Ctrl-C: SIGINT back to its default, as
+    for a terminal's foreground job. (A shell starts background jobs with SIGINT ignored, and an
+    ignored signal stays ignored in every child, so a test run started in the background would
+    otherwise send Ctrl-C to programs that cannot hear it.)"""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def make_workspace(tmp: Path) -> Workspace:

@@ -182,7 +182,11 @@ def test_debug_shows_the_traceback(tmp_path):
 
 def test_every_command_has_help_and_is_in_the_readme():
     readme = (Path(__file__).parent.parent / "README.md").read_text()
-    for command in ("list", "init", "check", "hint", "doctor"):
+    from lumen_ex.cli.main import cli
+
+    commands = sorted(cli.commands)
+    assert {"list", "init", "check", "hint", "doctor", "watch", "grade", "image"} <= set(commands)
+    for command in commands:
         proc = run([command, "--help"], Path.cwd())
         assert proc.returncode == 0 and "Usage: lumen-ex" in proc.stdout
         assert f"lumen-ex {command}" in readme, f"README does not mention `lumen-ex {command}`"

@@ -31,7 +31,7 @@ from lumen_ex.sandbox.docker import DockerSandbox
 from lumen_ex.sandbox.limits import Limits
 from lumen_ex.sandbox.result_document import MAX_BYTES, DocumentError, parse_document, read_document
 
-from conftest import best_sandbox, make_workspace
+from conftest import best_sandbox, interruptible, make_workspace
 from docker_support import DOCKER_OK, DOCKER_WHY, containers_of_workspace, summary, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -583,7 +583,7 @@ def test_real_wall_clock_limit_kills_the_container(tmp_path):
 def test_ctrl_c_on_the_cli_leaves_no_container(tmp_path, signum):
     ws = _ws(tmp_path, 1, HANG)
     proc = subprocess.Popen([LUMEN_EX, "check", "1", "--sandbox", "docker", "--workspace", str(ws)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     try:
         assert wait_until(lambda: containers_of_workspace(ws), timeout=60), "the container never started"
         time.sleep(1)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CORPUS, ROOT, requires_bwrap
+from conftest import CORPUS, ROOT, interruptible, requires_bwrap
 from lumen_ex import catalog
 from lumen_ex.submissions import SubmissionRefused, extract_zip, locate, unwrap
 from lumen_ex.workspace import Workspace
@@ -318,7 +318,7 @@ def test_ctrl_c_leaves_nothing_behind_and_a_rerun_resumes(tmp_path):
     args = [str(subs), "-e", "1", "--out", str(out), "--jobs", "2", "--sandbox", "bwrap", "--seed", "3"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FORCE_COLOR", "CLICOLOR"))}
     proc = subprocess.Popen([LUMEN_EX, "grade", *args], cwd=tmp_path, env={**env, "NO_COLOR": "1"},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     snapshot: dict = {}
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and proc.poll() is None:   # until sandboxed workers are running
@@ -449,7 +449,8 @@ def test_grade_in_docker_and_ctrl_c_leaves_no_container(tmp_path):
     out = tmp_path / "out"
     args = [str(subs), "-e", "1", "--out", str(out), "--jobs", "2", "--sandbox", "docker", "--seed", "3"]
     proc = subprocess.Popen([LUMEN_EX, "grade", *args], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None and not _our_containers(tmp_path):
         time.sleep(0.5)

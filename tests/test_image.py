@@ -47,6 +47,7 @@ def test_wheel_holds_exactly_the_hashed_files(tmp_path):
             expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
             assert digest == f"sha256={expected}" and int(size) == len(data), name
         assert "lumen-ex-grade = lumen_ex.container_main:main" in zf.read(f"{info}/entry_points.txt").decode()
+        assert "lumen-ex-platform = lumen_ex.platforms:main" in zf.read(f"{info}/entry_points.txt").decode()
         assert "Name: lumen-ex" in zf.read(f"{info}/METADATA").decode()
 
 

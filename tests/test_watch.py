@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, best_sandbox, make_workspace
+from conftest import ROOT, best_sandbox, interruptible, make_workspace
 from lumen_ex.errors import SandboxUnavailable
 from lumen_ex.watch import Inotify, WatchSession
 
@@ -278,7 +278,8 @@ class WatchProcess:
         self.proc = subprocess.Popen(
             [LUMEN_EX, "watch", "1", "--workspace", str(workspace), "--sandbox", best_sandbox(),
              "--seed", "3", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, COLUMNS="120"))
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, COLUMNS="120"),
+            preexec_fn=interruptible)
         self.out = b""
 
     def wait_footers(self, n: int, timeout: float = 120) -> str:

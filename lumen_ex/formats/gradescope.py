@@ -62,5 +62,25 @@ def _test(number: int, index: int, t: TestResult) -> dict:
     return entry
 
 
+def combine(runs: list[RunResult]) -> dict:
+    """One ``results.json`` for a submission graded on several exercises (one Gradescope assignment
+    covering exercises 1 and 2): scores and times add up, tests are listed exercise by exercise
+    (their ``number`` already says which), and ``output`` has one headline per exercise."""
+    if len(runs) == 1:
+        return results(runs[0])
+    parts = [results(r) for r in runs]
+    return {
+        "score": round(sum(p["score"] for p in parts), 4),
+        "execution_time": round(sum(p["execution_time"] for p in parts), 3),
+        "output": "\n".join(p["output"] for p in parts),
+        "output_format": "text",
+        "test_output_format": "text",
+        "visibility": VISIBILITY,
+        "stdout_visibility": "hidden",
+        "extra_data": {"exercises": [p["extra_data"] for p in parts]},
+        "tests": [t for p in parts for t in p["tests"]],
+    }
+
+
 def render(result: RunResult) -> str:
     return json.dumps(results(result), indent=2) + "\n"

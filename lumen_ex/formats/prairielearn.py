@@ -46,5 +46,26 @@ def _test(t: TestResult) -> dict:
     }
 
 
+def combine(runs: list[RunResult]) -> dict:
+    """One ``results.json`` for a question graded on several exercises: the score is the points won
+    over the points possible across them, and the question is gradable only when every exercise was
+    (a grader error anywhere charges the student no attempt)."""
+    if len(runs) == 1:
+        return results(runs[0])
+    parts = [results(r) for r in runs]
+    gradable = all(p["gradable"] for p in parts)
+    possible = sum(r.max_score for r in runs)
+    doc = {
+        "gradable": gradable,
+        "score": round(sum(r.score for r in runs) / possible, 6) if possible > 0 and gradable else 0.0,
+        "message": "; ".join(f"exercise {r.exercise['number']}: {r.message}" for r in runs),
+        "output": "\n".join(p["output"] for p in parts),
+        "tests": [t for p in parts for t in p["tests"]],
+    }
+    if not gradable:
+        doc["format_errors"] = [e for p in parts for e in p.get("format_errors", [])]
+    return doc
+
+
 def render(result: RunResult) -> str:
     return json.dumps(results(result), indent=2) + "\n"
