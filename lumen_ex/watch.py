@@ -22,7 +22,7 @@ bench/watch_latency.py).
 Saves are seen through inotify (``IN_CLOSE_WRITE`` / ``IN_MOVED_TO`` on the exercise's folder, so an
 editor that saves by writing a temporary file and renaming it over the old one is seen too), or by
 polling (mtime, size and inode every 0.1 s, and the content's hash now and then) where inotify is
-unavailable or ``--poll`` asks for it. Bursts of events are debounced, and a save that leaves the
+unavailable or ``--poll`` asks for it (lumen_ex/file_events.py). Bursts of events are debounced, and a save that leaves the
 content as it was checked last time does not re-check.
 
 Docker is not supported here (each docker check is a container run of its own; there is nothing to
@@ -32,147 +32,27 @@ bwrap, else the labelled unisolated mode.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import errno
 import gc
-import hashlib
 import os
 import secrets
 import select
 import signal
-import struct
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
 from . import catalog as catalog_mod
 from .check import DEVICES, gpu_present
 from .errors import SandboxUnavailable, UsageError
+from .file_events import POLL_INTERVAL, Change, Inotify, Poller, file_digest
 from .sandbox.base import Launcher, WorkerSpec
 from .workspace import Workspace
 
-POLL_INTERVAL = 0.1     # seconds between two looks at the file when polling
 DEBOUNCE = 0.02         # quiet time after an event before the file is read
 MAX_SETTLE = 0.5        # never wait longer than this for a burst of events to end
-HASH_EVERY = 10         # polling: hash the content every N polls even when stat() did not change
 RESPAWN_FAILURES = 3    # give up pre-launching after this many workers in a row die while idle
-
-
-@dataclass(frozen=True)
-class Change:
-    """The learner's file has new content (``digest``), seen at ``seen`` (time.monotonic())."""
-
-    digest: str
-    seen: float
-    source: str             # "inotify" or "poll"
-
-
-def file_digest(path: Path) -> str | None:
-    """The content's sha256, or None while the file is missing (a save by rename in progress)."""
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except (FileNotFoundError, IsADirectoryError, PermissionError):
-        return None
-
-
-# -------------------------------------------------------------------------------------------------
-# Seeing saves
-
-
-class Inotify:
-    """inotify on one folder through ctypes, reporting events that concern one file name."""
-
-    IN_MODIFY, IN_CLOSE_WRITE, IN_MOVED_TO = 0x2, 0x8, 0x80
-    IN_DELETE_SELF, IN_MOVE_SELF, IN_Q_OVERFLOW, IN_IGNORED = 0x400, 0x800, 0x4000, 0x8000
-    IN_NONBLOCK, IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
-    MASK = IN_CLOSE_WRITE | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF
-    HEADER = struct.Struct("iIII")   # wd, mask, cookie, len (then len bytes of name)
-
-    def __init__(self, folder: Path, name: str):
-        self.name = os.fsencode(name)
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        try:
-            init, add = libc.inotify_init1, libc.inotify_add_watch
-        except AttributeError:
-            raise OSError(errno.ENOSYS, "inotify is not available on this system") from None
-        add.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-        fd = init(self.IN_NONBLOCK | self.IN_CLOEXEC)
-        if fd < 0:
-            raise OSError(ctypes.get_errno(), "inotify_init1 failed")
-        if add(fd, os.fsencode(str(folder)), self.MASK) < 0:
-            err = ctypes.get_errno()
-            os.close(fd)
-            raise OSError(err, f"inotify_add_watch({folder}) failed")
-        self.fd = fd
-        self.broken = False   # the folder itself went away: the caller falls back to polling
-
-    def fileno(self) -> int:
-        return self.fd
-
-    def read(self) -> bool:
-        """Consume pending events; True when one may concern the file."""
-        relevant = False
-        while True:
-            try:
-                data = os.read(self.fd, 64 * 1024)
-            except BlockingIOError:
-                return relevant
-            except OSError:
-                self.broken = True
-                return True
-            if not data:
-                return relevant
-            offset = 0
-            while offset + self.HEADER.size <= len(data):
-                _wd, mask, _cookie, length = self.HEADER.unpack_from(data, offset)
-                name = data[offset + self.HEADER.size: offset + self.HEADER.size + length].rstrip(b"\0")
-                offset += self.HEADER.size + length
-                if mask & (self.IN_DELETE_SELF | self.IN_MOVE_SELF | self.IN_IGNORED):
-                    self.broken, relevant = True, True
-                elif mask & self.IN_Q_OVERFLOW:
-                    relevant = True
-                elif mask & (self.IN_CLOSE_WRITE | self.IN_MOVED_TO) and name == self.name:
-                    relevant = True
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-
-class Poller:
-    """The fallback: look at the file every ``interval`` seconds."""
-
-    def __init__(self, path: Path, interval: float = POLL_INTERVAL):
-        self.path, self.interval = path, interval
-        self.last = self._stat()
-        self.ticks = 0
-
-    def _stat(self):
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns)
-
-    def fileno(self) -> None:
-        return None
-
-    def read(self) -> bool:
-        """True when the file's metadata changed, and every HASH_EVERY looks in any case (some
-        file systems keep whole-second times: two saves of the same size within a second)."""
-        now = self._stat()
-        self.ticks += 1
-        changed = now != self.last
-        self.last = now
-        return changed or self.ticks % HASH_EVERY == 0
-
-    def close(self) -> None:
-        pass
 
 
 # -------------------------------------------------------------------------------------------------

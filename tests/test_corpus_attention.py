@@ -15,7 +15,6 @@ the harness's own verdicts.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 

@@ -13,7 +13,6 @@ and must fail (never pass, never a grader error) with exactly that diagnosis.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import textwrap
 import time
 import uuid

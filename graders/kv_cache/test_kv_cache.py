@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from lumen_ex.graders.support import expect, inputs
-from lumen_ex.graders.support.expect import Expected, Variant, fail
+from lumen_ex.graders.support.expect import Expected, fail
 from lumen_ex.harness.proxy import meta
 from lumen_ex.reference import kv_cache as ref
 from lumen_ex.results import CheckFailed
