@@ -16,8 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 from rich.text import Text
 
-SANDBOXES = ("auto", "docker", "bwrap", "none")
-FORMATS = ("json", "junit", "gradescope", "github", "prairielearn")
+from .choices import DEVICES, FORMATS, SANDBOXES
+
 
 
 class GradeProgress:
@@ -139,7 +139,7 @@ def exercises_of(numbers: tuple[str, ...], all_: bool):
 @click.option("--format", "formats", type=click.Choice(FORMATS), multiple=True,
               help="Also write this view beside each result document; repeatable.")
 @click.option("--seed", type=int, default=None, help="One seed for every check (default: a fresh one per check).")
-@click.option("--device", type=click.Choice(("auto", "cpu", "cuda")), default="cpu", show_default=True)
+@click.option("--device", type=click.Choice(DEVICES), default="cpu", show_default=True)
 @click.option("--timeout", type=float, default=None,
               help="Seconds one student x exercise may take (default: the exercise's limits + 60 s).")
 @click.option("--emit", type=click.Choice(("k8s",)), default=None,

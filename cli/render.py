@@ -17,7 +17,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from lumen_ex.results import Diagnosis, RunResult, Status, TestResult
+from lumen_ex.results import Diagnosis, RunResult, Status, TestResult, points
 
 from .pictures import Heatmap, shape_diagram
 
@@ -33,10 +33,6 @@ KIND_LABEL = {"shape": "shape", "dtype": "dtype", "device": "device", "nonfinite
 def console() -> Console:
     width = int(os.environ.get("COLUMNS", "0") or 0) or None
     return Console(highlight=False, soft_wrap=False, width=width)
-
-
-def _fmt_score(x: float) -> str:
-    return f"{x:.2f}".rstrip("0").rstrip(".") if x % 1 else f"{int(x)}"
 
 
 # -------------------------------------------------------------------------------------------------
@@ -156,7 +152,7 @@ def _table(tests: list[TestResult], width: int) -> Table:
         else:
             why = t.message or t.status.value
         table.add_row(Text(mark, style=color), Text.assemble((f"{t.group} ", "dim"), _clip(t.name, name_w - len(t.group) - 1)),
-                      f"{_fmt_score(t.score)}/{_fmt_score(t.max_score)}", Text(_clip(why, why_w), style="dim"))
+                      f"{points(t.score)}/{points(t.max_score)}", Text(_clip(why, why_w), style="dim"))
     return table
 
 
@@ -177,7 +173,7 @@ def _summary(result: RunResult) -> Text:
     else:
         head = ("Not yet", "bold yellow")
         step = f"Next: fix the first failure above, then run `lumen-ex check {n}` again (stuck? `lumen-ex hint {n}`)."
-    return Text.assemble(head, f" · score {_fmt_score(result.score)}/{_fmt_score(result.max_score)}"
+    return Text.assemble(head, f" · score {points(result.score)}/{points(result.max_score)}"
                          f" · {passed} of {counted} tests passed · {result.duration:.1f} s\n", step)
 
 
@@ -192,7 +188,7 @@ def render_list(con: Console, workspace, rows) -> None:
     for r in rows:
         color = {"pass": "green", "fail": "yellow"}.get(r.status, "dim")
         table.add_row(str(r.number), f"{r.title} ({r.slug})", r.path, Text(r.status, style=color),
-                      f"{_fmt_score(r.best_score)}/{_fmt_score(r.max_score)}")
+                      f"{points(r.best_score)}/{points(r.max_score)}")
     con.print(table)
     if workspace is None:
         con.print(Text("No workspace here: create one with `lumen-ex init DIR` to track progress.", style="dim"))

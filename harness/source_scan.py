@@ -24,11 +24,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from .wire import SDPA_KERNELS
+
 MAX_SOURCE = 1 << 20
-# The kernels behind F.scaled_dot_product_attention, reachable through torch.ops.aten.
-SDPA_KERNELS = ("_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention",
-                "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
-                "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_fused_attention_overrideable")
 
 
 def forbidden_names(forbidden: list[str]) -> dict[str, str]:

@@ -233,9 +233,7 @@ def watch_forbidden(dotted: str) -> None:
         return
     FORBIDDEN_NAMES[getattr(target, "__name__", attr)] = dotted
     if attr == "scaled_dot_product_attention":   # its kernels, called directly through torch.ops.aten
-        for kernel in ("_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention",
-                       "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
-                       "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_fused_attention_overrideable"):
+        for kernel in wire.SDPA_KERNELS:
             FORBIDDEN_NAMES.setdefault(kernel, dotted)
     setattr(owner, attr, _recording(target, dotted))
     builtin_owner = getattr(target, "__self__", None)          # e.g. torch._C._nn for a C function

@@ -30,6 +30,18 @@ def gpu_present() -> bool:
     return os.path.exists("/dev/nvidiactl") or os.path.exists("/proc/driver/nvidia/version")
 
 
+def resolve_device(device: str) -> str:
+    """``auto`` is cuda when a GPU is visible, else cpu; cpu and cuda stay as they are."""
+    return "cuda" if device == "cuda" or (device == "auto" and gpu_present()) else "cpu"
+
+
+def worker_spec(ex, workspace: Path, learner_file: Path, device: str) -> WorkerSpec:
+    """The sandboxed worker a check of ``ex`` asks for. Watch mode and ``lumen-ex grade`` start
+    workers in advance under this same spec, so that :func:`grade` takes them as its own."""
+    return WorkerSpec(workspace=workspace, module_dir=learner_file.parent, device=resolve_device(device),
+                      limits=ex.limits)
+
+
 def run_check(exercise: str | int, *, workspace: Path | None = None, sandbox: str = "auto",
               seed: int | None = None, device: str = "auto", record: bool = True,
               select: str | None = None, launcher: Launcher | None = None) -> RunResult:
@@ -73,8 +85,8 @@ def grade(ex, workspace: Path, learner_file: Path, launcher: Launcher, *, seed: 
     """
     started = time.monotonic() if started is None else started
     wanted = device
-    device = "cuda" if device == "cuda" or (device == "auto" and gpu_present()) else "cpu"
-    spec = WorkerSpec(workspace=workspace, module_dir=learner_file.parent, device=device, limits=ex.limits)
+    spec = worker_spec(ex, workspace, learner_file, device)
+    device = spec.device
 
     if first is None:
         first = launcher.launch(spec)  # before importing torch here: the two imports then overlap

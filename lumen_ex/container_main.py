@@ -21,10 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
+
+from lumen_ex.atomic import write_atomically
 
 WORKSPACE = Path("/workspace")
 RESULTS = Path("/results")
@@ -52,18 +53,29 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0].startswith("/"):
         os.execv(argv[0], argv)
-    code = run(argv)
+    exit_now(run(argv))
+
+
+def exit_now(code: int) -> None:
+    """End the process at once, output flushed: the document is in place, and the interpreter's
+    (and torch's) slow shutdown is skipped."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)   # the document is in place: skip the interpreter's (and torch's) slow shutdown
+    os._exit(code)
+
+
+def seed_given(seed: int | None) -> int | None:
+    """``--seed`` when given, else ``$LUMEN_EX_SEED`` (taken out of the environment, so the
+    worker started later does not inherit it), else None: a fresh seed is drawn."""
+    seed_text = os.environ.pop(SEED_ENV, "")
+    return seed if seed is not None else (int(seed_text) if seed_text.isdigit() else None)
 
 
 def run(argv: list[str]) -> int:
     """Grade as the command line ``argv`` says and write the result document; 0 when written."""
     started = time.monotonic()
     args = parse(argv)
-    seed_text = os.environ.pop(SEED_ENV, "")
-    seed = args.seed if args.seed is not None else (int(seed_text) if seed_text.isdigit() else None)
+    seed = seed_given(args.seed)
     try:
         from lumen_ex.check import run_check
         from lumen_ex.sandbox.container import ContainerLauncher
@@ -73,7 +85,7 @@ def run(argv: list[str]) -> int:
         document = result.to_dict()
     except Exception as exc:  # noqa: BLE001  a document is always written
         document = error_document(args.exercise, seed, args.device, exc, started)
-    write_atomically(args.results / RESULT_NAME, document)
+    write_atomically(args.results / RESULT_NAME, json.dumps(document, indent=1))
     return 0
 
 
@@ -84,15 +96,13 @@ def error_document(exercise: str, seed: int | None, device: str, exc: BaseExcept
 
 def error_result(exercise: str, seed: int | None, device: str, exc: BaseException, started: float):
     """The RunResult of a check that could not run (see :func:`error_document`)."""
-    from lumen_ex import __version__
     from lumen_ex.errors import LumenError
-    from lumen_ex.results import Diagnosis, RunResult, SandboxInfo, Status, TestResult
+    from lumen_ex.results import SandboxInfo, grader_error, one_line
 
     if isinstance(exc, LumenError):
         message = str(exc)
     else:
         message = f"the grader failed in the container: {type(exc).__name__}: {exc}"
-    message = message.strip().splitlines()[0][:500] if message.strip() else "the grader failed in the container"
     summary = {"number": 0, "slug": "unknown", "title": "unknown"}
     try:
         from lumen_ex import catalog
@@ -100,29 +110,10 @@ def error_result(exercise: str, seed: int | None, device: str, exc: BaseExceptio
         summary = catalog.load().find(exercise).summary()
     except Exception:  # noqa: BLE001  the catalogue itself may be what failed
         pass
-    return RunResult(
-        exercise=summary, status=Status.ERROR, sandbox=SandboxInfo("docker", True, {}, ""),
-        device=device if device in ("cpu", "cuda") else "cpu", seed=seed or 0, message=message,
-        duration=time.monotonic() - started,
-        tests=[TestResult("grader", "the grader ran", "grader", Status.ERROR, message=message,
-                          diagnosis=Diagnosis("grader", message))],
-        versions={"lumen_ex": __version__, "python": platform.python_version()},
-    )
-
-
-def write_atomically(path: Path, document: dict) -> None:
-    """Write to a fresh temporary file beside ``path``, then rename it into place."""
-    data = json.dumps(document, indent=1).encode()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    # 0644: the results directory, not the file, keeps the worker out; the host may not be root.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    return grader_error(summary, one_line(message, "the grader failed in the container"),
+                        sandbox=SandboxInfo("docker", True, {}, ""),
+                        device=device if device in ("cpu", "cuda") else "cpu", seed=seed or 0,
+                        duration=time.monotonic() - started)
 
 
 if __name__ == "__main__":

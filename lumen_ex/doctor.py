@@ -6,9 +6,9 @@ import platform
 from dataclasses import dataclass, field
 
 from lumen_ex import __version__
+from lumen_ex.sandbox import docker
 from lumen_ex.sandbox.bwrap import BwrapLauncher
 from lumen_ex.sandbox.limits import Enforcement, Limits
-from lumen_ex.sandbox.select import docker_availability
 
 from .check import gpu_present
 
@@ -46,10 +46,10 @@ def diagnose() -> Report:
 
     bw = BwrapLauncher.availability()
     add(Finding("sandbox", "bwrap", bw.ok, "available" if bw.ok else bw.reason, "" if bw.ok else bw.install))
-    dk = docker_availability()
+    dk, state = docker.probe()      # the engine and the image, looked at once for both findings
     add(Finding("sandbox", "docker", dk.ok, "available" if dk.ok else dk.reason, "" if dk.ok else dk.install))
     add(Finding("sandbox", "none", True, "always available, NOT isolated: a separate process with your permissions"))
-    report.findings += docker_findings()
+    report.findings += docker_findings(dk, state)
 
     enforcement = Enforcement.prepare(Limits())
     try:
@@ -73,8 +73,9 @@ def diagnose() -> Report:
     return report
 
 
-def docker_findings() -> list[Finding]:
-    """The docker backend in detail: the engine, the grader image, and GPUs for containers."""
+def docker_findings(avail, state) -> list[Finding]:
+    """The docker backend in detail (``avail, state`` from lumen_ex.sandbox.docker.probe): the
+    engine, the grader image, and GPUs for containers."""
     from lumen_ex import image
     from lumen_ex.sandbox import engine
     from lumen_ex.sandbox.docker import GPU_INSTALL
@@ -83,12 +84,11 @@ def docker_findings() -> list[Finding]:
     if not eng.running:
         return [Finding("docker", "engine", False, eng.reason, engine.INSTALL)]
     found = [Finding("docker", "engine", True, f"running (server {eng.version})")]
-    state = image.status()
     if state.ok:
         torch = state.labels.get(image.TORCH_LABEL, "?")
         found.append(Finding("docker", "image", True, f"{state.ref} is current (torch {torch})"))
     else:
-        found.append(Finding("docker", "image", False, state.reason, f"Build it: {image.build_command()}"))
+        found.append(Finding("docker", "image", False, state.reason, avail.install))
     if eng.nvidia:
         found.append(Finding("docker", "gpus", True, "NVIDIA container toolkit present: --device cuda passes --gpus all"))
     elif gpu_present():

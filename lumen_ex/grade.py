@@ -28,7 +28,6 @@ they are rebuilt whole after every run, resumed or not.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import select
 import shutil
@@ -44,7 +43,9 @@ from . import catalog as catalog_mod
 from .catalog import Catalog, Exercise
 from .errors import LumenError, UsageError
 from .grade_process import STOP_GRACE_S, GradingProcess
-from .results import Diagnosis, RunResult, SandboxInfo, Status, TestResult
+from .atomic import write_atomically
+from .results import (Diagnosis, RunResult, SandboxInfo, Status, TestResult, base_versions,
+                      grader_error)
 from .submissions import Prepared, Submission, discover, prepare
 
 RESULTS = "results"
@@ -126,33 +127,6 @@ def load_document(path: Path) -> dict | None:
         return None
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Temporary file beside ``path``, fsync, rename: a reader sees the old file or the new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError:
-        pass
-
-
 def record(out: Path, student: str, ex: Exercise, result: RunResult) -> None:
     write_atomically(result_path(out, student, ex), result.to_json() + "\n")
 
@@ -171,11 +145,7 @@ def describe_submission(out: Path, sub: Submission, prepared: Prepared) -> None:
 
 
 def _versions() -> dict[str, str]:
-    import platform
-
-    from lumen_ex import __version__
-
-    return {"lumen_ex": __version__, "python": platform.python_version(), "catalog": catalog_mod.load().version}
+    return {**base_versions(), "catalog": catalog_mod.load().version}
 
 
 def submission_result(ex: Exercise, reason: str, *, status: Status, sandbox: SandboxInfo, device: str,
@@ -189,13 +159,23 @@ def submission_result(ex: Exercise, reason: str, *, status: Status, sandbox: San
                      score=0.0, max_score=ex.max_score, message=reason, tests=[test], versions=_versions())
 
 
+def unpreparable_result(ex: Exercise, refused: str, missing: dict[str, str], *, sandbox: SandboxInfo,
+                        device: str, seed: int = 0) -> RunResult | None:
+    """The document of an exercise the submission itself keeps from being graded (the whole
+    submission refused: error; this exercise's file missing: fail), or None when it can be graded."""
+    if refused:
+        return submission_result(ex, refused, status=Status.ERROR, sandbox=sandbox, device=device, seed=seed)
+    if ex.slug in missing:
+        return submission_result(ex, missing[ex.slug], status=Status.FAIL, sandbox=sandbox, device=device,
+                                 seed=seed)
+    return None
+
+
 def grader_error_result(ex: Exercise, reason: str, *, sandbox: SandboxInfo, device: str, seed: int,
                         duration: float = 0.0) -> RunResult:
     """The document of a check whose grading process died or hung: status ``error``, the reason."""
-    test = TestResult("grader", "the grader ran", "grader", Status.ERROR, message=reason,
-                      diagnosis=Diagnosis("grader", reason))
-    return RunResult(exercise=ex.summary(), status=Status.ERROR, sandbox=sandbox, device=device, seed=seed,
-                     duration=duration, message=reason, tests=[test], versions=_versions())
+    return grader_error(ex.summary(), reason, sandbox=sandbox, device=device, seed=seed, duration=duration,
+                        versions=_versions())
 
 
 # -- the sandbox ---------------------------------------------------------------------------------
@@ -309,13 +289,10 @@ class Batch:
                 prepared[job.student] = prepare(sub, req.exercises, self.catalog, scratch)
                 describe_submission(self.out, sub, prepared[job.student])
             p = prepared[job.student]
-            if p.refused:
-                finish(job, submission_result(job.exercise, p.refused, status=Status.ERROR,
-                                              sandbox=self.sandbox_info, device=req.device, seed=job.seed))
-                return None
-            if job.exercise.slug in p.missing:
-                finish(job, submission_result(job.exercise, p.missing[job.exercise.slug], status=Status.FAIL,
-                                              sandbox=self.sandbox_info, device=req.device, seed=job.seed))
+            unpreparable = unpreparable_result(job.exercise, p.refused, p.missing, sandbox=self.sandbox_info,
+                                               device=req.device, seed=job.seed)
+            if unpreparable is not None:
+                finish(job, unpreparable)
                 return None
             return p.workspace
 
@@ -383,12 +360,7 @@ class Batch:
             for sig in (signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_IGN)
             for proc in procs:      # all at once: each gets its SIGTERM before anyone's grace period
-                if proc.proc.poll() is None:
-                    for sig in (signal.SIGTERM, signal.SIGCONT):
-                        try:
-                            os.killpg(proc.proc.pid, sig)
-                        except (ProcessLookupError, PermissionError):
-                            pass
+                proc.terminate()
             for proc in procs:
                 self._drain(proc, finish)
                 proc.stop()

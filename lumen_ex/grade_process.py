@@ -98,6 +98,17 @@ class GradingProcess:
             return ""
         return " | ".join(text[-lines:])
 
+    def terminate(self) -> None:
+        """Ask it to stop (its check in progress then kills its workers): SIGTERM to its process group,
+        and SIGCONT, because a stopped process must run to clean up."""
+        if self.proc.poll() is not None:
+            return
+        for sig in (signal.SIGTERM, signal.SIGCONT):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     def stop(self, grace: float = STOP_GRACE_S, polite: bool = False) -> None:
         """SIGTERM (its check kills its workers), then SIGKILL, then any worker it left behind.
 
@@ -115,11 +126,7 @@ class GradingProcess:
             except subprocess.TimeoutExpired:
                 pass
         if self.proc.poll() is None:
-            for sig in (signal.SIGTERM, signal.SIGCONT):     # SIGCONT: a stopped process must run to clean up
-                try:
-                    os.killpg(self.proc.pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            self.terminate()
             try:
                 self.proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
@@ -143,25 +150,21 @@ class GradingProcess:
 
 def remove_cgroups(pid: int) -> None:
     """Remove the (empty) worker cgroups a killed grading process had no chance to remove."""
-    import glob
-
     try:
         from lumen_ex.sandbox import limits
 
-        roots = [limits.CGROUP_ROOT / c / limits._own_path(c).lstrip("/") for c in ("pids", "memory")]
-        roots.append(limits.CGROUP_ROOT / limits._own_path("").lstrip("/"))
+        paths = limits.worker_cgroups(pid)
     except Exception:  # noqa: BLE001  no cgroups here
         return
-    for root in roots:
-        for path in glob.glob(str(root / f"lumen-ex-{pid}-*")):
-            for _ in range(20):
-                try:
-                    os.rmdir(path)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.05)    # its processes are still being reaped
+    for path in paths:
+        for _ in range(20):
+            try:
+                os.rmdir(path)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.05)    # its processes are still being reaped
 
 
 def kill_worker_group(pid: int) -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import signal
 import sys
 import time
@@ -94,16 +93,11 @@ def make_launcher(sandbox: str):
 def worker_spec(job: dict):
     """The WorkerSpec that ``lumen_ex.check.grade`` will ask for this job (so it can be started early)."""
     from lumen_ex import catalog
-    from lumen_ex.sandbox.base import WorkerSpec
+    from lumen_ex.check import worker_spec as check_worker_spec
 
     ex = catalog.load().find(job["exercise"])
-    root = Path(job["workspace"]).resolve()
-    device = job["device"]
-    if device == "auto":    # as lumen_ex.check.grade resolves it
-        from lumen_ex.check import gpu_present
-
-        device = "cuda" if gpu_present() else "cpu"
-    return WorkerSpec(workspace=root, module_dir=root / ex.dir, device=device, limits=ex.limits)
+    root = Path(job["workspace"]).resolve()          # the workspace's root, as run_check finds it
+    return check_worker_spec(ex, root, root / ex.dir / ex.file, job["device"])
 
 
 class _signals_held:
@@ -206,18 +200,11 @@ def grade_one(job: dict, launcher) -> dict:
 
 
 def error_document(ex, message: str, job: dict, launcher, started: float) -> dict:
-    from lumen_ex import __version__
-    from lumen_ex.results import Diagnosis, RunResult, SandboxInfo, Status, TestResult
+    from lumen_ex.results import SandboxInfo, grader_error, one_line
 
-    message = (message.strip().splitlines() or ["the grader failed"])[0][:500]
-    return RunResult(
-        exercise=ex.summary(), status=Status.ERROR,
-        sandbox=SandboxInfo(launcher.name, launcher.isolated, {}, job.get("note", "")),
-        device=job["device"], seed=job["seed"], duration=time.monotonic() - started, message=message,
-        tests=[TestResult("grader", "the grader ran", "grader", Status.ERROR, message=message,
-                          diagnosis=Diagnosis("grader", message))],
-        versions={"lumen_ex": __version__, "python": platform.python_version()},
-    ).to_dict()
+    return grader_error(ex.summary(), one_line(message, "the grader failed"),
+                        sandbox=SandboxInfo(launcher.name, launcher.isolated, {}, job.get("note", "")),
+                        device=job["device"], seed=job["seed"], duration=time.monotonic() - started).to_dict()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -242,18 +229,22 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
             channel.send({"start": job["id"]})
             upcoming = next((j for j in queue if "id" in j), None)
+            upcoming_spec = None
             if not docker:
                 # this job's worker (already started, unless it is the first) and the next one's
                 for j in filter(None, (job, upcoming)):
                     try:
-                        launcher.prelaunch(worker_spec(j))
+                        spec = worker_spec(j)
+                        launcher.prelaunch(spec)
                     except Exception:  # noqa: BLE001  started normally later instead
-                        pass
+                        continue
+                    if j is upcoming:
+                        upcoming_spec = spec
             import lumen_ex.check  # noqa: F401  torch and the harness: imported once, for every job
 
             document = grade_one(job, launcher)
             if not docker:
-                launcher.keep({worker_spec(upcoming)} if upcoming is not None else set())
+                launcher.keep({upcoming_spec} if upcoming_spec is not None else set())
             if STOPPING:    # pytest turns an interrupt into a short run: never report it as a result
                 return 130
             channel.send({"done": job["id"], "result": document})

@@ -26,8 +26,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .atomic import write_atomically
 from .catalog import Exercise
-from .grade import load_document, result_path, write_atomically
+from .grade import load_document, result_path
+from .results import points
 
 PSEUDO_TESTS = ("grader", "submission")      # stand-ins for a check that did not run its tests
 BINS = 10
@@ -239,7 +241,7 @@ def _md(text: str) -> str:
 
 
 def _pts(x: float | None) -> str:
-    return "–" if x is None else (f"{x:.2f}".rstrip("0").rstrip(".") if x % 1 else str(int(x)))
+    return "–" if x is None else points(x)
 
 
 def report_markdown(report: ClassReport) -> str:

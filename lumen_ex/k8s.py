@@ -35,9 +35,10 @@ import tempfile
 from pathlib import Path
 
 from . import catalog as catalog_mod
+from .container_main import SEED_ENV
 from .catalog import Exercise
 from .errors import UsageError
-from .results import RunResult, SandboxInfo, Status
+from .results import RunResult, SandboxInfo
 
 K8S = "k8s"
 INDEX_ENV = "JOB_COMPLETION_INDEX"
@@ -85,7 +86,7 @@ def manifests(name: str, *, count: int, exercises: list[Exercise], image: str, p
         {"name": "TMPDIR", "value": "/run/lumen"},
     ]
     if seed is not None:
-        env.append({"name": "LUMEN_EX_SEED", "value": str(seed)})
+        env.append({"name": SEED_ENV, "value": str(seed)})
     container = {
         "name": "grade",
         "image": image,
@@ -164,7 +165,7 @@ def emit_manifests(submissions: Path, out: Path, exercises: list[Exercise], *, i
                    parallelism: int = 4, device: str = "cpu", students: tuple[str, ...] = (),
                    timeout: float | None = None, seed: int | None = None) -> list[Path]:
     """Prepare the shared volume's contents and write the manifests; return the files written."""
-    from .grade import write_atomically
+    from .atomic import write_atomically
     from .submissions import discover, prepare
 
     if not Path(submissions).is_dir():
@@ -217,7 +218,7 @@ def emit_manifests(submissions: Path, out: Path, exercises: list[Exercise], *, i
 
 def collect_results(req, results_dir: Path):
     """Record the cluster's result documents (results/<i>/<exercise dir>/result.json) as local ones."""
-    from .grade import Outcome, load_document, record, result_path, submission_result
+    from .grade import Outcome, load_document, record, result_path, unpreparable_result
     from .submissions import discover
 
     index_path = Path(req.out) / K8S / "index.json"
@@ -235,13 +236,9 @@ def collect_results(req, results_dir: Path):
             if not req.force and load_document(result_path(req.out, student, ex)) is not None:
                 outcome.resumed += 1
                 continue
-            if student in index.get("refused", {}):
-                result = submission_result(ex, index["refused"][student], status=Status.ERROR, sandbox=info,
-                                           device=req.device)
-            elif ex.slug in index.get("missing", {}).get(student, {}):
-                result = submission_result(ex, index["missing"][student][ex.slug], status=Status.FAIL,
-                                           sandbox=info, device=req.device)
-            else:
+            result = unpreparable_result(ex, index.get("refused", {}).get(student, ""),
+                                         index.get("missing", {}).get(student, {}), sandbox=info, device=req.device)
+            if result is None:
                 result = _cluster_result(Path(results_dir) / str(i) / ex.dir / "result.json", ex, info, req.device, i)
             record(req.out, student, ex, result)
             outcome.graded += 1

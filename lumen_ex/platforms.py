@@ -36,8 +36,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from lumen_ex.container_main import SEED_ENV, exit_now, seed_given
+
 EXERCISES_ENV = "LUMEN_EX_EXERCISES"
-SEED_ENV = "LUMEN_EX_SEED"
 
 
 @dataclass(frozen=True)
@@ -67,10 +68,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     """The console script: grade, write the platform's document, and end the process at once."""
-    code = run(sys.argv[1:] if argv is None else argv)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)   # skip torch's slow interpreter shutdown; the document is in place
+    exit_now(run(sys.argv[1:] if argv is None else argv))
 
 
 def run(argv: list[str], launcher=None) -> int:
@@ -79,19 +77,20 @@ def run(argv: list[str], launcher=None) -> int:
     ``launcher`` is the worker launcher (default: the grader image's, which starts the worker as
     ``lumen-worker``); the project's tests pass a host launcher to run this outside the image.
     """
-    from lumen_ex.container_main import write_atomically
+    import json
+
+    from lumen_ex.atomic import write_atomically
 
     args = parse(argv)
     platform = PLATFORMS[args.platform]
-    seed_text = os.environ.pop(SEED_ENV, "")
-    seed = args.seed if args.seed is not None else (int(seed_text) if seed_text.isdigit() else None)
+    seed = seed_given(args.seed)
     wanted = args.exercise or [e for e in os.environ.get(EXERCISES_ENV, "").replace(",", " ").split() if e]
     results = args.results or platform.results
     guard(results.parent)
     runs = grade_submission(args.submission or platform.submission, wanted, seed=seed, device=args.device,
                             launcher=launcher)
     document = render(platform.name, runs)
-    write_atomically(results, document)
+    write_atomically(results, json.dumps(document, indent=1))
     print(f"lumen-ex: wrote {results}: " + "; ".join(f"exercise {r.exercise['number']} {r.status.value} "
                                                     f"{r.score:g}/{r.max_score:g}" for r in runs))
     return 0
@@ -124,8 +123,8 @@ def grade_submission(source: Path, wanted: list[str], *, seed: int | None, devic
     import secrets
 
     from lumen_ex import catalog as catalog_mod
-    from lumen_ex.grade import submission_result
-    from lumen_ex.results import SandboxInfo, Status
+    from lumen_ex.grade import unpreparable_result
+    from lumen_ex.results import SandboxInfo
     from lumen_ex.submissions import Submission, prepare
 
     started = time.monotonic()
@@ -143,14 +142,9 @@ def grade_submission(source: Path, wanted: list[str], *, seed: int | None, devic
         prepared = prepare(Submission("submission", Path(source), "folder"), exercises, cat, scratch)
         runs = []
         for ex in exercises:
-            if prepared.refused:
-                runs.append(submission_result(ex, prepared.refused, status=Status.ERROR, sandbox=sandbox,
-                                              device=dev, seed=seed))
-            elif ex.slug in prepared.missing:
-                runs.append(submission_result(ex, prepared.missing[ex.slug], status=Status.FAIL,
-                                              sandbox=sandbox, device=dev, seed=seed))
-            else:
-                runs.append(_check(ex, prepared.workspace, seed, device, launcher))
+            unpreparable = unpreparable_result(ex, prepared.refused, prepared.missing, sandbox=sandbox,
+                                               device=dev, seed=seed)
+            runs.append(unpreparable or _check(ex, prepared.workspace, seed, device, launcher))
         return runs
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -217,3 +217,34 @@ class CheckFailed(AssertionError):
     def __init__(self, diagnosis: Diagnosis):
         super().__init__(diagnosis.summary)
         self.diagnosis = diagnosis
+
+
+def points(x: float) -> str:
+    """A score as people write it: 10 -> '10', 4.833333 -> '4.83'."""
+    return f"{x:.2f}".rstrip("0").rstrip(".") if x % 1 else f"{int(x)}"
+
+
+def base_versions() -> dict[str, str]:
+    """The versions every result names, known without importing torch: lumen-ex and Python."""
+    import platform
+
+    from lumen_ex import __version__
+
+    return {"lumen_ex": __version__, "python": platform.python_version()}
+
+
+def one_line(message: str, fallback: str, limit: int = 500) -> str:
+    """The first line of ``message`` (at most ``limit`` characters), or ``fallback`` when it is empty."""
+    lines = message.strip().splitlines()
+    return lines[0][:limit] if lines else fallback
+
+
+def grader_error(exercise: dict[str, Any], message: str, *, sandbox: SandboxInfo, device: str, seed: int,
+                 duration: float = 0.0, versions: dict[str, str] | None = None) -> RunResult:
+    """The record of a check the grader could not finish: status ``error``, one test ("the grader
+    ran") that says why. Nothing about the learner's code is claimed."""
+    test = TestResult("grader", "the grader ran", "grader", Status.ERROR, message=message,
+                      diagnosis=Diagnosis("grader", message))
+    return RunResult(exercise=exercise, status=Status.ERROR, sandbox=sandbox, device=device, seed=seed,
+                     duration=duration, message=message, tests=[test],
+                     versions=base_versions() if versions is None else versions)

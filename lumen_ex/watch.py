@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from . import catalog as catalog_mod
-from .check import DEVICES, gpu_present
+from .check import DEVICES, worker_spec
 from .errors import SandboxUnavailable, UsageError
 from .file_events import POLL_INTERVAL, Change, Inotify, Poller, file_digest
 from .sandbox.base import Launcher, WorkerSpec
@@ -61,9 +61,7 @@ RESPAWN_FAILURES = 3    # give up pre-launching after this many workers in a row
 
 def watch_launcher(sandbox: str) -> tuple[Launcher, str]:
     """The launcher watch mode uses for ``sandbox``, and a warning to show (empty when none)."""
-    from .sandbox.bwrap import BwrapLauncher
-    from .sandbox.select import select_launcher
-    from .sandbox.unisolated import UnisolatedLauncher
+    from .sandbox.select import best_host_launcher, select_launcher
 
     if sandbox == "docker":
         raise SandboxUnavailable(
@@ -71,13 +69,7 @@ def watch_launcher(sandbox: str) -> tuple[Launcher, str]:
             "of its own, with nothing to keep warm between saves)",
             "Use `lumen-ex watch` with --sandbox bwrap (or auto), and `lumen-ex check --sandbox docker` "
             "for a final check in the container")
-    if sandbox != "auto":
-        return select_launcher(sandbox)
-    why = BwrapLauncher.availability()
-    if why.ok:
-        return BwrapLauncher(), ""
-    return UnisolatedLauncher(), (f"no sandbox available ({why.reason}): your code runs NOT ISOLATED. "
-                                  f"Install one with: {why.install}")
+    return select_launcher(sandbox) if sandbox != "auto" else best_host_launcher()
 
 
 class WatchStopped(RuntimeError):
@@ -231,9 +223,7 @@ class WatchSession:
         self.launcher = GuardedLauncher(launcher)
         # The same spec grade() builds for this exercise, so that the worker made in advance is the
         # worker it would have launched itself.
-        resolved = "cuda" if device == "cuda" or (device == "auto" and gpu_present()) else "cpu"
-        self.spec = WorkerSpec(workspace=self.workspace.root, module_dir=self.file.parent,
-                               device=resolved, limits=self.ex.limits)
+        self.spec = worker_spec(self.ex, self.workspace.root, self.file, device)
         self.checked: str | None = None     # digest of the content the last check graded
         self.checks = 0
         self.worker_pids: list[int | None] = []   # the kept worker each check used (None: launched then)

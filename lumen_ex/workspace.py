@@ -12,10 +12,10 @@ import datetime as _dt
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .atomic import write_atomically
 from .catalog import Catalog, Exercise, exercises_root
 from .errors import UsageError, WorkspaceNotFound
 
@@ -78,11 +78,7 @@ class Workspace:
             return {}
 
     def _save(self, data: dict) -> None:
-        self._state_file.parent.mkdir(exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self._state_file.parent, prefix=".progress-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-        os.replace(tmp, self._state_file)
+        write_atomically(self._state_file, json.dumps(data, indent=2))
 
     def record_check(self, slug: str, status: str, score: float, max_score: float) -> None:
         data = self.progress()

@@ -20,7 +20,6 @@ import collections
 import csv
 import io
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -30,9 +29,9 @@ import time
 import uuid
 from pathlib import Path
 
-from lumen_ex import __version__
+from lumen_ex.container_main import SEED_ENV
 from lumen_ex.errors import DeviceUnavailable, SandboxUnavailable, UsageError
-from lumen_ex.results import Diagnosis, RunResult, SandboxInfo, Status, TestResult
+from lumen_ex.results import RunResult, SandboxInfo, grader_error
 
 from . import engine as engine_mod
 from .base import Availability
@@ -40,7 +39,6 @@ from .limits import Limits
 from .result_document import DocumentError, read_document
 
 NAME_PREFIX = "lumen-"
-SEED_ENV = "LUMEN_EX_SEED"
 HARNESS_MEMORY_MB = 1024        # the harness's own share of the container's memory (torch + pytest)
 HARNESS_PROCESSES = 64          # pids for the harness and its threads, beside the worker's
 CPUS = 2.0
@@ -144,13 +142,9 @@ class DockerSandbox:
         return result
 
     def _error(self, ex, seed: int, device: str, started: float, message: str) -> RunResult:
-        message = f"docker sandbox: {message}"
-        return RunResult(
-            exercise=ex.summary(), status=Status.ERROR, sandbox=SandboxInfo("docker", True, {}, self.image),
-            device=device, seed=seed, duration=time.monotonic() - started, message=message,
-            tests=[TestResult("grader", "the grader ran", "grader", Status.ERROR, message=message,
-                              diagnosis=Diagnosis("grader", message))],
-            versions={"lumen_ex": __version__, "python": platform.python_version()})
+        return grader_error(ex.summary(), f"docker sandbox: {message}",
+                            sandbox=SandboxInfo("docker", True, {}, self.image), device=device, seed=seed,
+                            duration=time.monotonic() - started)
 
 
 def select_docker() -> DockerSandbox:

@@ -60,7 +60,7 @@ class Cgroup:
         dirs: dict[str, Path] = {}
         try:
             for ctrl in ("pids", "memory"):
-                parent = CGROUP_ROOT / ctrl / _own_path(ctrl).lstrip("/")
+                parent = _parent(ctrl)
                 if not parent.is_dir():
                     raise OSError(f"no {ctrl} controller")
                 _sweep_stale(parent)
@@ -80,7 +80,7 @@ class Cgroup:
 
     @classmethod
     def _create_v2(cls, name: str, limits: Limits) -> Cgroup | None:
-        parent = CGROUP_ROOT / _own_path("").lstrip("/")
+        parent = _parent("")
         path = parent / name
         _sweep_stale(parent)
         try:
@@ -173,6 +173,20 @@ def _sweep_stale(parent: Path) -> None:
                 child.rmdir()   # fails harmlessly while the cgroup still holds a process
             except OSError:
                 pass
+
+
+def worker_cgroups(pid: int) -> list[Path]:
+    """The worker cgroups that process ``pid`` made and that still exist (v1 and v2 alike), looked
+    for where this process makes its own: next to its cgroup."""
+    found: list[Path] = []
+    for ctrl in ("pids", "memory", ""):
+        found += sorted(_parent(ctrl).glob(f"lumen-ex-{pid}-*"))
+    return found
+
+
+def _parent(controller: str) -> Path:
+    """Where this process makes worker cgroups: its own cgroup of a v1 controller (v2 for "")."""
+    return CGROUP_ROOT / controller / _own_path(controller).lstrip("/")
 
 
 def _own_path(controller: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from lumen_ex.errors import SandboxUnavailable
 
 from . import docker
-from .base import Availability, Launcher
+from .base import Launcher
 from .bwrap import BwrapLauncher
 from .unisolated import UnisolatedLauncher
 
@@ -13,8 +13,15 @@ CHOICES = ("auto", "docker", "bwrap", "none")
 HOST_LAUNCHERS: dict[str, type[Launcher]] = {"bwrap": BwrapLauncher, "none": UnisolatedLauncher}
 
 
-def docker_availability() -> Availability:
-    return docker.availability()
+def best_host_launcher(note: str = "") -> tuple[Launcher, str]:
+    """bwrap when it works here, else the unisolated mode with a warning that says how to install a
+    sandbox; ``note`` (why docker was not used, say) goes first in the warning."""
+    why = BwrapLauncher.availability()
+    if why.ok:
+        return BwrapLauncher(), note
+    return UnisolatedLauncher(), " ".join(filter(None, [note, (
+        f"no sandbox available ({why.reason}): your code runs NOT ISOLATED. "
+        f"Install one with: {why.install}")]))
 
 
 def select_launcher(name: str) -> tuple[Launcher | docker.DockerSandbox, str]:
@@ -30,12 +37,7 @@ def select_launcher(name: str) -> tuple[Launcher | docker.DockerSandbox, str]:
                 return docker.DockerSandbox(state.ref), ""
             if state.state != "no-engine":   # an engine without the current image: say so
                 note = f"docker not used: {avail.reason} ({avail.install})."
-        if BwrapLauncher.availability().ok:
-            return BwrapLauncher(), note
-        why = BwrapLauncher.availability()
-        return UnisolatedLauncher(), " ".join(filter(None, [note, (
-            f"no sandbox available ({why.reason}): your code runs NOT ISOLATED. "
-            f"Install one with: {why.install}")]))
+        return best_host_launcher(note)
     if name == "docker":
         return docker.select_docker(), ""
     cls = HOST_LAUNCHERS.get(name)

@@ -89,6 +89,13 @@ def check_attention(submission, case, *, dtype=torch.float32, device="cpu", tol=
     return result
 
 
+def pictured(failure, got_weights, given, case):
+    """``failure`` with the expected and the learner's attention weights drawn side by side (rows =
+    queries, columns = keys); the expected ones computed from ``given`` (q, k, v, mask)."""
+    exp_w = ref.scaled_dot_product_attention(given.q, given.k, given.v, given.mask)[1]
+    return pictures.attach(failure, got_weights, exp_w, what="weights", axes=case.axes("L_q", "L_k"))
+
+
 def weight_variants(case, exp_out, dtype, tol=None):
     """The mistakes that can explain wrong weights: those that leave the output right. The output is
     checked first, so when the weights are reached it equals the reference: a mistake that changes
@@ -182,8 +189,7 @@ def test_masked_weights_are_zero(submission, seed, device):
                        expected=0.0, got=_json_number(float(leaked.max())), details={"index": idx},
                        hint="Set masked scores to float('-inf') before the softmax: exp(-inf) is exactly 0.",
                        misconception="masked-key-weight")
-        exp_w = ref.scaled_dot_product_attention(case.q, case.k, case.v, case.mask)[1]
-        raise pictures.attach(failure, weights, exp_w, what="weights", axes=case.axes("L_q", "L_k"))
+        raise pictured(failure, weights, case, case)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -238,8 +244,7 @@ def test_causal_attention_no_future_leakage(submission, seed, device):
                            hint="Masked scores must be -inf before the softmax; zeroing or multiplying lets the "
                                 "future leak through the softmax's normaliser or the values.",
                            misconception="future-leak")
-            exp_w = ref.scaled_dot_product_attention(probe.q, probe.k, probe.v, probe.mask)[1]
-            raise pictures.attach(failure, probe_w, exp_w, what="weights", axes=case.axes("L_q", "L_k"))
+            raise pictured(failure, probe_w, probe, case)
 
 
 @pytest.mark.group("values")
@@ -295,8 +300,7 @@ def test_weight_rows_sum_to_one(submission, seed, device):
                            f"not 1 (worst at {idx})", expected=1.0, got=_json_number(float(sums.flatten()[int(off.argmax())])),
                            hint="Softmax over the keys (dim=-1), and mask before the softmax, not after it.",
                            misconception="weight-rows-not-normalised")
-            exp_w = ref.scaled_dot_product_attention(case.q, case.k, case.v, case.mask)[1]
-            raise pictures.attach(failure, weights, exp_w, what="weights", axes=case.axes("L_q", "L_k"))
+            raise pictured(failure, weights, case, case)
 
 
 @pytest.mark.group("properties")

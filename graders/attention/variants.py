@@ -144,5 +144,4 @@ CATALOGUE = {
     "masked-key-weight": "a masked key gets non-zero weight",
     "weight-rows-not-normalised": "weight rows do not sum to 1",
     "future-leak": "information leaks from future keys or values",
-    "forbidden-api": "a library attention function called instead of implementing it",
 }

@@ -145,6 +145,5 @@ CATALOGUE = {
     "cache-expanded": "the caches stored expanded to n_heads",
     "caller-cache-mutated": "the caller's cache written in place",
     "quadratic-cost": "each step does O(T^2) work",
-    "forbidden-api": "a library attention function called instead of implementing it",
 }
 

@@ -71,6 +71,8 @@ GENERIC_MISCONCEPTIONS = {
     "not-bool": "a mask is returned as numbers instead of bool",
     "no-gradient": "the result is cut off from autograd (.detach(), .item(), a NumPy round trip, torch.no_grad())",
     "gradient-mismatch": "the forward values are right but the gradients are not (an in-place edit under torch.no_grad())",
+    # named by the harness, from the worker's call record and a scan of the learner's source
+    "forbidden-api": "a library attention function called instead of implementing it",
 }
 
 

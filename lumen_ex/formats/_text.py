@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import re
 
-from lumen_ex.results import RunResult, Status, TestResult
+from lumen_ex.results import RunResult, Status, TestResult, points  # noqa: F401  points: for the writers
 
 OUTPUT_CAP = 2000          # characters of learner output quoted per test in LMS formats
 _LINE = re.compile(r"\bline (\d+)\b")
 
 
-def points(x: float) -> str:
-    """10 -> '10', 4.833333 -> '4.83'."""
-    return f"{x:.2f}".rstrip("0").rstrip(".") if x % 1 else f"{int(x)}"
+def capped(text: str, cap: int = OUTPUT_CAP) -> str:
+    """``text`` cut to ``cap`` characters, saying how many more there were."""
+    return text if len(text) <= cap else text[:cap] + f"\n[... {len(text) - cap} more characters]"
 
 
 def exercise_path(result: RunResult) -> str:
@@ -62,9 +62,7 @@ def explain(test: TestResult, *, output_cap: int = OUTPUT_CAP, with_output: bool
             lines.append(f"try: {diag.hint}")
     out = test.output.strip() if with_output else ""
     if out:
-        if len(out) > output_cap:
-            out = out[:output_cap] + f"\n[... {len(out) - output_cap} more characters]"
-        lines += ["your code printed:", out]
+        lines += ["your code printed:", capped(out, output_cap)]
     return "\n".join(lines)
 
 

@@ -25,7 +25,7 @@ from typing import Mapping
 
 from lumen_ex.results import RunResult, Status
 
-from ._text import exercise_path, explain, points, source_line
+from ._text import OUTPUT_CAP, exercise_path, explain, points, source_line
 
 MAX_ANNOTATIONS = 10
 MARK = {Status.PASS: "✓", Status.FAIL: "✗", Status.ERROR: "!", Status.TIMEOUT: "⏱", Status.SKIPPED: "-"}
@@ -115,7 +115,7 @@ def summary_markdown(result: RunResult) -> str:
         out += ["> " + _cell(line) for line in explain(first, with_output=False).splitlines()]
         if first.output.strip():
             fence = "````"
-            out += ["", "What your code printed:", "", fence, first.output.strip()[:2000].replace(fence, "'''"), fence]
+            out += ["", "What your code printed:", "", fence, first.output.strip()[:OUTPUT_CAP].replace(fence, "'''"), fence]
         out.append("")
     out += ["| | group | test | score | why |", "|---|---|---|---|---|"]
     for t in result.tests:

@@ -15,7 +15,7 @@ import json
 
 from lumen_ex.results import RunResult, Status, TestResult
 
-from ._text import OUTPUT_CAP, explain, headline
+from ._text import capped, explain, headline
 
 
 def results(result: RunResult) -> dict:
@@ -33,9 +33,7 @@ def results(result: RunResult) -> dict:
 
 
 def _test(t: TestResult) -> dict:
-    output = t.output.strip()
-    if len(output) > OUTPUT_CAP:
-        output = output[:OUTPUT_CAP] + f"\n[... {len(output) - OUTPUT_CAP} more characters]"
+    output = capped(t.output.strip())
     return {
         "name": t.name,
         "description": f"{t.group} · {t.id}",
