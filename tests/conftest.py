@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import signal
 from pathlib import Path
@@ -39,23 +40,37 @@ def interruptible() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def tree_hash(root: Path) -> dict[str, str]:
+    """sha256 of every file under ``root`` (and the set of folders), by relative path."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "<dir>"
+            for p in sorted(root.rglob("*"))}
+
+
 def make_workspace(tmp: Path) -> Workspace:
     return Workspace.create(tmp / "ws", catalog.load())
 
 
-def grade_source(tmp: Path, exercise: str | int, source: str | Path, *, sandbox: str | None = None,
-                 seed: int = 1234, device: str = "cpu", extra: dict[str, str] | None = None) -> RunResult:
-    """Put ``source`` (a path or the code itself) in a fresh workspace and check it for real."""
+def workspace_with(tmp: Path, exercise: str | int, source: str | Path | None = None,
+                   extra: dict[str, str] | None = None) -> Path:
+    """A fresh workspace (its root) with ``source`` (a path or the code itself) as the exercise's
+    file, the stub when None, and ``extra`` files beside it."""
     ws = make_workspace(tmp)
     ex = catalog.load().find(exercise)
     target = ws.root / ex.dir / ex.file
     if isinstance(source, Path):
         shutil.copyfile(source, target)
-    else:
+    elif source is not None:
         target.write_text(source)
     for name, text in (extra or {}).items():
         (ws.root / ex.dir / name).write_text(text)
-    return run_check(exercise, workspace=ws.root, sandbox=sandbox or best_sandbox(), seed=seed,
+    return ws.root
+
+
+def grade_source(tmp: Path, exercise: str | int, source: str | Path, *, sandbox: str | None = None,
+                 seed: int = 1234, device: str = "cpu", extra: dict[str, str] | None = None) -> RunResult:
+    """Put ``source`` (a path or the code itself) in a fresh workspace and check it for real."""
+    root = workspace_with(tmp, exercise, source, extra)
+    return run_check(exercise, workspace=root, sandbox=sandbox or best_sandbox(), seed=seed,
                      device=device, record=False)
 
 

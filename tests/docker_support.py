@@ -6,7 +6,6 @@ Docker tests need a running engine and the grader image of exactly this lumen-ex
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -24,6 +23,13 @@ def _probe() -> tuple[bool, str]:
 
 DOCKER_OK, DOCKER_WHY = _probe()
 requires_docker = [pytest.mark.docker, pytest.mark.skipif(not DOCKER_OK, reason=DOCKER_WHY)]
+
+
+def needs_docker(test):
+    """Mark a test as a docker test that skips (with the reason) when docker cannot run here."""
+    for mark in requires_docker:
+        test = mark(test)
+    return test
 
 
 def docker_param(value="docker"):
@@ -75,7 +81,3 @@ def live_processes_with(token: str) -> list[int]:
 def summary(result) -> list[tuple[str, str, float]]:
     """What must be identical across backends: each test's id, status and score."""
     return [(t.id, t.status.value, round(t.score, 4)) for t in result.tests]
-
-
-def dumps(result) -> str:
-    return json.dumps(result.to_dict())

@@ -18,7 +18,6 @@ tests/test_hostile.py) is graded once more under docker. The count of attacks is
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import re
 import secrets
@@ -30,9 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CORPUS, make_workspace, requires_bwrap
-from docker_support import (DOCKER_OK, DOCKER_WHY, containers_of_workspace, docker_param,
-                            live_processes_with, wait_until)
+from conftest import CORPUS, requires_bwrap, tree_hash, workspace_with
+from docker_support import containers_of_workspace, docker_param, live_processes_with, needs_docker, wait_until
 from lumen_ex import catalog
 from lumen_ex.check import run_check
 from lumen_ex.results import RunResult, Status
@@ -245,11 +243,6 @@ def secret_env(monkeypatch):
     return name, value
 
 
-def tree_hash(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "<dir>"
-            for p in sorted(root.rglob("*"))}
-
-
 def host_ip() -> str:
     """An address of this host other than loopback (where the host has one)."""
     try:
@@ -296,21 +289,20 @@ def attack(tmp_path: Path, name: str, backend: str, source: str, *, secret: tupl
     home = Path.home()
     host_files = [Path("/tmp") / token, home / token]
     listener = Listener()
-    ws = make_workspace(tmp_path / f"{name}-{backend}")
     try:
         code = (PRELUDE + source).replace("@TOKEN@", token).replace("@MEMORY_MB@", str(LIMITS.memory_mb))
         code = code.replace("@PORT@", str(listener.port)).replace("@HOST_IP@", host_ip())
         code = code.replace("@HOST_HOME@", str(home))
-        (ws.root / EXERCISE.dir / EXERCISE.file).write_text(code)
-        before = tree_hash(ws.root)
+        root = workspace_with(tmp_path / f"{name}-{backend}", 1, code)
+        before = tree_hash(root)
         started = time.monotonic()
-        result = run_check(1, workspace=ws.root, sandbox=backend, seed=1234, device="cpu", record=False)
+        result = run_check(1, workspace=root, sandbox=backend, seed=1234, device="cpu", record=False)
         seconds = time.monotonic() - started
         survivors_gone = wait_until(lambda: not live_processes_with(token), timeout=10)
         accepted = listener.accepted
     finally:
         listener.close()
-    record = Attack(name, backend, result, seconds, _report(result), before, tree_hash(ws.root))
+    record = Attack(name, backend, result, seconds, _report(result), before, tree_hash(root))
     LEDGER.append(record)
     text = result.to_json()
     assert result.status in (Status.FAIL, Status.ERROR), f"{name} PASSED under {backend}:\n{_describe(result)}"
@@ -320,7 +312,7 @@ def attack(tmp_path: Path, name: str, backend: str, source: str, *, secret: tupl
     assert not [t.id for t in result.tests if t.diagnosis and t.diagnosis.kind == "grader"], _describe(result)
     assert survivors_gone, f"processes of {name} outlived the check under {backend}: {live_processes_with(token)}"
     if backend == "docker":
-        assert containers_of_workspace(ws.root) == [], "a container was left behind"
+        assert containers_of_workspace(root) == [], "a container was left behind"
     assert record.before == record.after, f"{name} changed the workspace under {backend}"
     for path in host_files:
         assert not path.exists(), f"{name} wrote {path} on the host under {backend}"
@@ -435,25 +427,23 @@ MARKER = "LUMEN-HOSTILE-MARKER"
 SELECT = {"frame_gc_search": "test_values or test_mask or test_causal_mask"}
 
 
-@pytest.mark.docker
-@pytest.mark.skipif(not DOCKER_OK, reason=DOCKER_WHY)
+@needs_docker
 @pytest.mark.parametrize("path", HOSTILE, ids=[p.stem for p in HOSTILE])
 def test_hostile_corpus_under_docker(tmp_path, path, secret_env):
     marker = f"lumen-hostile-{secrets.token_hex(8)}"
-    ws = make_workspace(tmp_path)
-    (ws.root / EXERCISE.dir / EXERCISE.file).write_text(path.read_text().replace(MARKER, marker))
-    before = tree_hash(ws.root)
+    root = workspace_with(tmp_path, 1, path.read_text().replace(MARKER, marker))
+    before = tree_hash(root)
     started = time.monotonic()
-    result = run_check(1, workspace=ws.root, sandbox="docker", seed=1234, device="cpu", record=False,
+    result = run_check(1, workspace=root, sandbox="docker", seed=1234, device="cpu", record=False,
                        select=SELECT.get(path.stem))
     LEDGER.append(Attack(f"hostile/{path.stem}", "docker", result, time.monotonic() - started, {},
-                         before, tree_hash(ws.root)))
+                         before, tree_hash(root)))
     assert result.status in (Status.FAIL, Status.ERROR), f"{path.stem} PASSED under docker:\n{_describe(result)}"
     assert result.score < result.max_score
     assert len(result.tests) > 1, _describe(result)
     assert not [t.id for t in result.tests if t.diagnosis and t.diagnosis.kind == "grader"], _describe(result)
-    assert tree_hash(ws.root) == before, "the workspace changed"
-    assert containers_of_workspace(ws.root) == []
+    assert tree_hash(root) == before, "the workspace changed"
+    assert containers_of_workspace(root) == []
     assert wait_until(lambda: not live_processes_with(marker), timeout=10), "a process outlived the check"
     assert secret_env[1] not in result.to_json()
     output = "".join(t.output for t in result.tests)

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CORPUS, ROOT
+from docker_support import needs_docker
 from lumen_ex import catalog
 from test_cli import LUMEN_EX, run
 from test_grade import grade, make_class
@@ -179,21 +180,6 @@ def test_emit_k8s_writes_valid_manifests(emitted):
     assert oct((volume / "submissions" / "1" / EX1.path).stat().st_mode & 0o777) == "0o644"
 
 
-def grader_image() -> str | None:
-    """The current grader image, or else the newest lumen-ex-grader image on this machine."""
-    if shutil.which("docker") is None:
-        return None
-    from lumen_ex import image
-
-    status = image.status()
-    if status.ok:
-        return status.ref
-    listed = subprocess.run(["docker", "images", image.REPOSITORY, "--format", "{{.Repository}}:{{.Tag}}"],
-                            capture_output=True, text=True, timeout=60)
-    refs = [r for r in listed.stdout.split() if not r.endswith(":<none>")]
-    return refs[0] if listed.returncode == 0 and refs else None
-
-
 def docker_run_argv(container: dict, pod: dict, volume: Path, index: int, image: str) -> list[str]:
     """The pod of ``index``, as a docker command line: same command, env, mounts and security."""
     sc = container["securityContext"]
@@ -220,12 +206,12 @@ def docker_run_argv(container: dict, pod: dict, volume: Path, index: int, image:
     return argv + ["--entrypoint", container["command"][0], image, *container["command"][1:]]
 
 
-@pytest.mark.docker
+@needs_docker
 def test_one_index_of_the_job_runs_in_the_grader_image_and_is_collected(emitted):
+    from lumen_ex import image as image_mod
+
     root, subs, out, _ = emitted
-    image = grader_image()
-    if image is None:
-        pytest.skip("no docker engine or no lumen-ex-grader image here (lumen-ex image build)")
+    image = image_mod.status().ref          # the image of exactly this lumen-ex (needs_docker checks it)
     job = json.loads((out / "k8s" / "job.json").read_text())
     pod = job["spec"]["template"]["spec"]
     volume = out / "k8s" / "volume"

@@ -31,8 +31,8 @@ from lumen_ex.sandbox.docker import DockerSandbox
 from lumen_ex.sandbox.limits import Limits
 from lumen_ex.sandbox.result_document import MAX_BYTES, DocumentError, parse_document, read_document
 
-from conftest import best_sandbox, interruptible, make_workspace
-from docker_support import DOCKER_OK, DOCKER_WHY, containers_of_workspace, summary, wait_until
+from conftest import best_sandbox, interruptible, workspace_with
+from docker_support import containers_of_workspace, needs_docker, summary, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 LUMEN_EX = str(Path(sys.executable).parent / "lumen-ex")
@@ -40,15 +40,7 @@ EX1 = catalog.load().find(1)
 
 
 def _ws(tmp_path: Path, exercise: int = 1, source: str | Path | None = None) -> Path:
-    ws = make_workspace(tmp_path)
-    if source is not None:
-        ex = catalog.load().find(exercise)
-        target = ws.root / ex.dir / ex.file
-        if isinstance(source, Path):
-            target.write_bytes(source.read_bytes())
-        else:
-            target.write_text(source)
-    return ws.root
+    return workspace_with(tmp_path, exercise, source)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -471,8 +463,7 @@ def _has_suite(exercise: int) -> bool:
 
 @pytest.mark.parametrize("exercise", [1, 2])
 @pytest.mark.slow
-@pytest.mark.docker
-@pytest.mark.skipif(not DOCKER_OK, reason=DOCKER_WHY)
+@needs_docker
 def test_reference_passes_identically_under_docker_and_bwrap(tmp_path, exercise):
     if not _has_suite(exercise):
         pytest.skip(f"exercise {exercise} has no hidden suite yet")
@@ -488,8 +479,7 @@ def test_reference_passes_identically_under_docker_and_bwrap(tmp_path, exercise)
 
 
 @pytest.mark.parametrize("exercise", [1, 2])
-@pytest.mark.docker
-@pytest.mark.skipif(not DOCKER_OK, reason=DOCKER_WHY)
+@needs_docker
 def test_stub_fails_under_docker(tmp_path, exercise):
     if not _has_suite(exercise):
         pytest.skip(f"exercise {exercise} has no hidden suite yet")
@@ -542,8 +532,7 @@ PROBE = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.docker
-@pytest.mark.skipif(not DOCKER_OK, reason=DOCKER_WHY)
+@needs_docker
 def test_isolation_inside_the_container(tmp_path):
     result = _grade(tmp_path, 1, PROBE, "docker", seed=987654321)
     assert result.status is Status.FAIL
@@ -564,8 +553,7 @@ def test_isolation_inside_the_container(tmp_path):
 HANG = "import time\nwhile True:\n    time.sleep(0.1)\n"
 
 
-@pytest.mark.docker
-@pytest.mark.skipif(not DOCKER_OK, reason=DOCKER_WHY)
+@needs_docker
 def test_real_wall_clock_limit_kills_the_container(tmp_path):
     from lumen_ex import image
 
@@ -577,8 +565,7 @@ def test_real_wall_clock_limit_kills_the_container(tmp_path):
     assert containers_of_workspace(ws) == []
 
 
-@pytest.mark.docker
-@pytest.mark.skipif(not DOCKER_OK, reason=DOCKER_WHY)
+@needs_docker
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_on_the_cli_leaves_no_container(tmp_path, signum):
     ws = _ws(tmp_path, 1, HANG)

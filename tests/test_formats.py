@@ -92,6 +92,15 @@ def test_the_cli_offers_every_format():
     assert formats.NAMES == ("json", "junit", "gradescope", "github", "prairielearn")
 
 
+def test_the_cli_choices_are_the_library_s():
+    from lumen_ex.check import DEVICES
+    from lumen_ex.cli import choices
+    from lumen_ex.sandbox.select import CHOICES
+
+    assert choices.FORMATS == formats.NAMES
+    assert choices.SANDBOXES == CHOICES and choices.DEVICES == DEVICES
+
+
 def test_the_record_has_what_the_views_need(buggy):
     """The buggy submission exercises every status a view must map: pass, fail, skipped."""
     statuses = {t.status.value for t in buggy.record.tests}

@@ -24,8 +24,6 @@ A session-end summary line reports how many attacks ran.
 from __future__ import annotations
 
 import contextlib
-import glob
-import hashlib
 import json
 import os
 import re
@@ -39,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CORPUS, make_workspace, requires_bwrap
+from conftest import CORPUS, requires_bwrap, tree_hash, workspace_with
 from corpus_headers import headers
 from lumen_ex import catalog
 from lumen_ex.check import run_check
@@ -124,39 +122,23 @@ def attack_summary(request):
                 print(line)
 
 
-def tree_hash(root: Path) -> dict[str, str]:
-    """sha256 of every file under ``root`` (and the set of folders), by relative path."""
-    out = {}
-    for path in sorted(root.rglob("*")):
-        rel = str(path.relative_to(root))
-        out[rel] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "<dir>"
-    return out
-
-
 def leftover_cgroups() -> list[str]:
     """Worker cgroups of this process still present (each worker gets lumen-ex-<our pid>-N)."""
     from lumen_ex.sandbox import limits
 
-    pattern = f"lumen-ex-{os.getpid()}-*"
-    found = []
-    for ctrl in ("pids", "memory"):
-        base = limits.CGROUP_ROOT / ctrl / limits._own_path(ctrl).lstrip("/")
-        found += glob.glob(str(base / pattern))
-    found += glob.glob(str(limits.CGROUP_ROOT / limits._own_path("").lstrip("/") / pattern))
-    return found
+    return [str(p) for p in limits.worker_cgroups(os.getpid())]
 
 
 def check(tmp: Path, name: str, sandbox: str, *, source: str | None = None, select: str | None = None,
           seed: int = 1234) -> Run:
     """Grade one attack for real, hashing the workspace before and after."""
-    ws = make_workspace(tmp / f"{name}-{sandbox}")
-    target = ws.root / EXERCISE.dir / EXERCISE.file
-    target.write_text(source if source is not None else (HOSTILE / f"{name}.py").read_text())
-    before = tree_hash(ws.root)
+    root = workspace_with(tmp / f"{name}-{sandbox}", 1,
+                          source if source is not None else (HOSTILE / f"{name}.py").read_text())
+    before = tree_hash(root)
     started = time.monotonic()
-    result = run_check(1, workspace=ws.root, sandbox=sandbox, seed=seed, device="cpu", record=False,
+    result = run_check(1, workspace=root, sandbox=sandbox, seed=seed, device="cpu", record=False,
                        select=select)
-    run = Run(name, sandbox, result, time.monotonic() - started, ws.root, before, tree_hash(ws.root))
+    run = Run(name, sandbox, result, time.monotonic() - started, root, before, tree_hash(root))
     LEDGER.append(run)
     return run
 
@@ -378,17 +360,16 @@ def test_host_secret_never_reaches_the_record(tmp_path, monkeypatch):
     every /proc/*/environ and cmdline it can read, and none of it may carry the secret."""
     secret = f"s3cr3t-{secrets.token_hex(12)}"
     monkeypatch.setenv("LUMEN_EX_TEST_SECRET", secret)
-    ws = make_workspace(tmp_path / "secrets")
-    (ws.root / EXERCISE.dir / EXERCISE.file).write_text((HOSTILE / "read_secrets.py").read_text())
+    root = workspace_with(tmp_path / "secrets", 1, HOSTILE / "read_secrets.py")
     script = ("import sys\nfrom lumen_ex.check import run_check\n"
               "r = run_check(1, workspace=sys.argv[1], sandbox='bwrap', seed=1234, device='cpu', record=False,"
               " select='test_values or test_causal_mask')\nprint(r.to_json())\n")
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", script, str(ws.root)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", script, str(root)], capture_output=True, text=True,
                           timeout=300, env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = RunResult.from_dict(json.loads(proc.stdout))
-    LEDGER.append(Run("read_secrets", "bwrap", result, time.monotonic() - started, ws.root, {}, {}))
+    LEDGER.append(Run("read_secrets", "bwrap", result, time.monotonic() - started, root, {}, {}))
     assert_defeated(LEDGER[-1])
     text = result.to_json()
     assert "/proc/1/cmdline" in text and "env HOME=/tmp" in text, "the dump was not captured"

@@ -21,7 +21,7 @@ from lumen_ex import catalog, platforms
 from lumen_ex.sandbox.select import select_launcher
 
 from conftest import CORPUS, best_sandbox
-from docker_support import requires_docker
+from docker_support import needs_docker
 
 SCHEMAS = Path(__file__).parent / "schemas"
 SCHEMA = {"gradescope": "gradescope-results.schema.json", "prairielearn": "prairielearn-results.schema.json"}
@@ -140,12 +140,6 @@ def test_an_exercise_the_catalogue_lacks_is_not_gradable_and_says_why(tmp_path):
 
 
 # -- in the grader image, as each platform runs it ----------------------------------------------
-
-
-def needs_docker(test):
-    for mark in requires_docker:
-        test = mark(test)
-    return test
 
 
 def docker_run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
