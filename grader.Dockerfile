@@ -21,7 +21,10 @@ RUN python3 -m venv /opt/lumen/venv \
 FROM ${BASE}
 COPY --from=deps /opt/lumen/venv /opt/lumen/venv
 COPY wheelhouse/lumen /wheelhouse/lumen
-# lumen-ex itself, installed from its wheel (not editable), then the two users:
+# lumen-ex itself, installed from its wheel (not editable); its entry points run as `python -IB`
+# (isolated: no current folder on sys.path, no PYTHON* variables, no user site; no .pyc written),
+# so nothing in a platform's working folder or environment is imported (lumen_ex/trusted.py).
+# Then the two users:
 #   root          the harness (trusted). docker leaves it only SETUID, SETGID and KILL.
 #   lumen-worker  runs the learner's code (untrusted), uid 61001, no home, no shell, no groups.
 # The worker's user may read only what the worker needs: the Python runtime, torch, and
@@ -31,6 +34,10 @@ RUN set -eu \
  && /opt/lumen/venv/bin/python -m pip install --no-index --no-deps --no-cache-dir \
         --disable-pip-version-check /wheelhouse/lumen/*.whl \
  && rm -rf /wheelhouse \
+ && for script in lumen-ex lumen-ex-grade lumen-ex-platform; do \
+        sed -i '1s|^#!.*$|#!/opt/lumen/venv/bin/python -IB|' "/opt/lumen/venv/bin/$script"; \
+        head -n 1 "/opt/lumen/venv/bin/$script" | grep -qx '#!/opt/lumen/venv/bin/python -IB'; \
+    done \
  && /opt/lumen/venv/bin/python -m pip uninstall --yes --quiet pip \
  && echo 'lumen-worker:x:61001:61001:lumen-ex learner code:/nonexistent:/usr/sbin/nologin' >> /etc/passwd \
  && echo 'lumen-worker:x:61001:' >> /etc/group \
@@ -45,7 +52,7 @@ RUN set -eu \
     fi \
  && mkdir -p /workspace /results /run/lumen /autograder \
  && printf '%s\n' '#!/bin/sh' '# Gradescope runs this once per submission: docs/classroom.md, "On Gradescope".' \
-        'exec /opt/lumen/venv/bin/lumen-ex-platform gradescope "$@"' > /autograder/run_autograder \
+        'cd /' 'exec /opt/lumen/venv/bin/lumen-ex-platform gradescope "$@"' > /autograder/run_autograder \
  && chmod 0755 /autograder/run_autograder \
  && chmod 0700 /results /run/lumen \
  && chmod 0755 /workspace

@@ -3,6 +3,10 @@
 Exit codes: 0 every check reached a verdict (whatever the students scored); 3 some check ended in
 status error (listed in the report); 2 a usage error (including the refused unisolated mode);
 130 interrupted (what was graded is kept; run the same command again to resume).
+
+Names, notes and reasons come from the submissions (a folder's name, an exception's message):
+they are printed as ``rich.text.Text``, never markup, after lumen_ex/untrusted.py has shown
+their control characters (``one_line``).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
+
+from lumen_ex.untrusted import one_line
 
 from .choices import DEVICES, FORMATS, SANDBOXES
 
@@ -36,7 +42,7 @@ class GradeProgress:
         if resumed:
             self.console.print(Text(f"resuming: {resumed} checks already graded are kept (--force regrades them)"))
         if note:
-            self.console.print(Text(note, style="yellow"))
+            self.console.print(Text(one_line(note), style="yellow"))
         if not total:
             self.console.print("nothing left to grade")
             return
@@ -56,7 +62,7 @@ class GradeProgress:
         rate = self._rate(item.done)
         failures = f"{item.failed} failed, {item.errors} errors"
         r = item.result
-        last = f"{item.student} {item.exercise.slug}: {r.status.value} {r.score:g}/{r.max_score:g}"
+        last = one_line(f"{item.student} {item.exercise.slug}: {r.status.value} {r.score:g}/{r.max_score:g}")
         if self.bar is not None:
             self.bar.update(self.task, completed=item.done, rate=f"{rate:.1f}/min", failures=failures, last=last)
             return
@@ -93,20 +99,21 @@ def render_report(con: Console, report, out: Path) -> None:
         for col in ("misconception", "exercise", "students", "what it means"):
             mis.add_column(col)
         for m in report.misconceptions[:8]:
-            mis.add_row(Text(m.id), m.exercise.slug, str(len(m.students)), Text(m.hint[:90], style="dim"))
+            mis.add_row(Text(one_line(m.id)), m.exercise.slug, str(len(m.students)), Text(one_line(m.hint[:90]), style="dim"))
         con.print(mis)
     hard = Table(title="hardest tests", box=None, header_style="bold")
     for col in ("exercise", "test", "passed"):
         hard.add_column(col)
     for ex in report.exercises:
         for r in [r for r in report.rates if r.exercise.slug == ex.slug][:4]:
-            hard.add_row(ex.slug, Text(r.name[:60]), f"{r.passed}/{r.ran}")
+            hard.add_row(ex.slug, Text(one_line(r.name[:60])), f"{r.passed}/{r.ran}")
     con.print(hard)
     if report.needs_look:
         con.print(Text(f"{len(report.needs_look)} checks could not be graded (status error):", style="bold red"))
         for student, path, why in report.needs_look[:10]:
-            con.print(Text(f"  {student} {path}: {why[:150]}"))
-    con.print(Text(f"gradebook: {out / 'gradebook.csv'}\nreport:    {out / 'report.md'}\nresults:   {out / 'results'}"))
+            con.print(Text(one_line(f"  {student} {path}: {why[:150]}")))
+    con.print(Text("\n".join(one_line(line) for line in (f"gradebook: {out / 'gradebook.csv'}", f"report:    {out / 'report.md'}",
+                                                          f"results:   {out / 'results'}"))))
 
 
 def exercises_of(numbers: tuple[str, ...], all_: bool):
@@ -180,7 +187,7 @@ def grade(ctx, submissions: Path, numbers, all_: bool, out: Path, jobs: int, san
     else:
         outcome = grade_class(req, GradeProgress(con))
     for note in outcome.notes:
-        con.print(Text(note, style="dim"))
+        con.print(Text(one_line(note), style="dim"))
     report = write_outputs(out, [s.student for s in outcome.students], exercises, submissions.name, tuple(formats))
     render_report(con, report, out)
     if outcome.interrupted:

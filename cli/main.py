@@ -2,6 +2,13 @@
 
 Errors a user can fix are one line plus the next step (exit code 2 for usage, 3 when the grader
 cannot run); a traceback appears only with ``--debug``.
+
+The command never imports from the current folder (it is often a student's): as a console script
+(entry point ``lumen_ex.trusted.run_cli``) its ``sys.path`` starts with the venv's ``bin`` folder,
+and when ``PYTHONPATH`` or another import-changing variable is set, that entry point starts it again
+as ``python -I -m lumen_ex.cli.main`` before click or anything else is imported (:func:`main` does
+the same when started by ``python -m``). The Python processes it starts run isolated too
+(``python -I``, working folder ``/``, no ``PYTHON*`` variables): lumen_ex/trusted.py.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import click
 
 from lumen_ex import __version__
 from lumen_ex.errors import LumenError
+from lumen_ex.untrusted import visible
 
 from .choices import CHECK_FORMATS, DEVICES, SANDBOXES
 
@@ -91,6 +99,8 @@ def check(ctx, exercise: str, workspace: Path | None, sandbox: str, fmt: str, se
         from .render import console, render_result
 
         render_result(console(), result)
+    for warning in result.warnings:
+        click.echo(f"warning: {visible(warning)}", err=True)
     ctx.exit(result.exit_code())
 
 
@@ -164,9 +174,32 @@ from .grade import grade as _grade_command  # noqa: E402  `lumen-ex grade` (docs
 cli.add_command(_grade_command)
 
 
+def _never_fail_to_encode() -> None:
+    """Make stdout and stderr write what they cannot encode as an escape (``\\ud800``) instead
+    of raising: a second line of defence behind lumen_ex/untrusted.py, so that no string a
+    submission produced can crash a view."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):       # a stream that cannot be reconfigured is left as it is
+                pass
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the CLI, turning known errors into one line and an exit code."""
+    """Entry point: run the CLI, turning known errors into one line and an exit code.
+
+    Started from the command line with an import-changing variable set (``PYTHONPATH`` ...) or by
+    ``python -m`` (the current folder on ``sys.path``), it first starts itself again as
+    ``python -I`` (lumen_ex/trusted.py): a learner's ``json.py`` in the current folder must never
+    be imported by the grader."""
+    if argv is None:
+        from lumen_ex.trusted import reexec_isolated
+
+        reexec_isolated("lumen_ex.cli.main", sys.argv[1:])
     args = sys.argv[1:] if argv is None else argv
+    _never_fail_to_encode()
     debug = "--debug" in args
     try:
         code = cli.main(args=args, prog_name="lumen-ex", standalone_mode=False)
@@ -179,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     except LumenError as exc:
         if debug:
             traceback.print_exc()
-        click.echo(f"Error: {exc}", err=True)
+        click.echo(visible(f"Error: {exc}"), err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
@@ -187,7 +220,11 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001  the last resort: never a bare traceback for users
         if debug:
             traceback.print_exc()
-        click.echo(f"Error: lumen-ex failed unexpectedly: {type(exc).__name__}: {exc}. "
-                   "Run again with --debug for the traceback, and please report it.", err=True)
+        click.echo(visible(f"Error: lumen-ex failed unexpectedly: {type(exc).__name__}: {exc}. "
+                           "Run again with --debug for the traceback, and please report it."), err=True)
         sys.exit(3)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -28,6 +28,8 @@ import math
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
+from lumen_ex.untrusted import one_line
+
 SHADES = ("░░", "▒▒", "▓▓", "██")
 ZERO, UNKNOWN, ON = " ·", " ?", " ■"
 LABEL_W, SEP = 6, "   "
@@ -101,7 +103,8 @@ def heatmap_lines(p: dict, width: int = 96) -> list[Text]:
 
     titles = ("expected", "yours", "difference")
     widths = [max(2 * len(cols), len(t)) for t in titles]
-    out = [Text.assemble("  ", (p.get("title") or p.get("what", "weights"), "bold"), ": rows = queries, columns = keys")]
+    title = one_line(p.get("title") or p.get("what", "weights"))        # from the record: shown, never run
+    out = [Text.assemble("  ", (title, "bold"), ": rows = queries, columns = keys")]
     out.append(Text((" " * LABEL_W + SEP.join(t.ljust(w) for t, w in zip(titles, widths))).rstrip()))
     every = 2 if c0 + cols.stop - 1 >= 10 else 1          # two-digit keys: label every other one
     numbers = "".join(f"{c0 + j:>2}" if (c0 + j) % every == 0 else "  " for j in cols)
@@ -179,8 +182,8 @@ def shape_diagram(expected: list, got: list, exp_axes: list, got_axes: list) -> 
     """
     if not all(isinstance(x, list) for x in (expected, got, exp_axes, got_axes)):
         return []
-    exp = [(str(n), str(s)) for n, s in zip(exp_axes, expected)]
-    yours = [(str(got_axes[i]) if i < len(got_axes) else "?", str(s)) for i, s in enumerate(got)]
+    exp = [(one_line(n), one_line(s)) for n, s in zip(exp_axes, expected)]
+    yours = [(one_line(got_axes[i]) if i < len(got_axes) else "?", one_line(s)) for i, s in enumerate(got)]
     columns = _align(exp, yours)
     gap = ("–", "–")
     widths = [max(len(x) for pair in col for x in (pair or gap)) for col in columns]

@@ -4,6 +4,11 @@ A view reads the record; it decides nothing. The first failing test comes first,
 first, then dtype and device, then values, then the mistake that explains it; then a compact table
 of every test, the score and the next step. Colours are off when the output is not a terminal or
 NO_COLOR is set (rich honours both).
+
+Text from the record or from a submission is never rich markup: it goes in as ``rich.text.Text``
+(so ``[bold]`` is just text) after lumen_ex/untrusted.py has shown its control characters (so an
+escape sequence the learner's code printed is seen, never run by the terminal): ``visible`` for
+what the learner's code printed and messages, ``one_line`` for names, table cells and titles.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lumen_ex.results import Diagnosis, RunResult, Status, TestResult, points
+from lumen_ex.untrusted import one_line, visible
 
 from .pictures import Heatmap, shape_diagram
 
@@ -44,11 +50,14 @@ def render_result(con: Console, result: RunResult) -> None:
     sandbox = result.sandbox
     iso = "isolated" if sandbox.isolated else "NOT ISOLATED"
     con.print(Text.assemble(
-        (f"lumen-ex check {ex['number']}", "bold"), f" · {ex['title']} · ",
-        (f"sandbox {sandbox.backend} ({iso})", "green" if sandbox.isolated else "bold red"),
-        f" · {result.device} · seed {result.seed}"))
+        (f"lumen-ex check {ex['number']}", "bold"), one_line(f" · {ex['title']} · "),
+        (one_line(f"sandbox {sandbox.backend} ({iso})"), "green" if sandbox.isolated else "bold red")))
+    # The run's identity on a line of its own: what reproduces it, and which bytes were graded.
+    con.print(Text(one_line(" · ".join(filter(None, [
+        result.device, f"seed {result.seed}",
+        f"{result.source['file']} sha256 {result.source['sha256'][:12]}" if result.source else ""]))), style="dim"))
     if not sandbox.isolated:
-        con.print(Panel(Text(sandbox.note or "This run was not isolated.", style="bold"),
+        con.print(Panel(Text(visible(sandbox.note or "This run was not isolated."), style="bold"),
                         title="warning", border_style="red"))
     first = result.first_failure
     if first is not None:
@@ -69,38 +78,38 @@ def _failure_panel(test: TestResult, named: list[dict] | None = None) -> Panel:
     if diag is not None:
         lines += _diagnosis_lines(diag, run_mistake=top)
     elif top is not None:
-        lines += [Text(test.message or test.status.value), _run_mistake_line(top)]
+        lines += [Text(visible(test.message or test.status.value)), _run_mistake_line(top)]
     else:
-        lines.append(Text(test.message or test.status.value))
+        lines.append(Text(visible(test.message or test.status.value)))
     if test.output.strip():
-        shown = "\n".join(test.output.strip().splitlines()[:12])
+        shown = "\n".join(visible(test.output.strip()).split("\n")[:12])     # a CR is shown, never a line break
         lines += [Text(""), Text("your code printed:", style="dim"), Text(shown, style="dim")]
     mark, color = MARK[test.status]
-    title = Text.assemble((f"{mark} first failure: ", color), (test.name, "bold"))
+    title = Text.assemble((f"{mark} first failure: ", color), (one_line(test.name), "bold"))
     return Panel(Group(*lines), title=title, title_align="left", border_style=color)
 
 
 def _diagnosis_lines(diag: Diagnosis, run_mistake: dict | None = None) -> list:
-    label = KIND_LABEL.get(diag.kind, diag.kind)
-    out: list = [Text.assemble((f"{label}: ", "bold yellow"), diag.summary)]
+    label = one_line(KIND_LABEL.get(diag.kind, diag.kind))
+    out: list = [Text.assemble((f"{label}: ", "bold yellow"), visible(diag.summary))]
     if diag.kind == "shape" and diag.details.get("expected_axes"):
         out += shape_diagram(diag.expected or [], diag.got or [], diag.details["expected_axes"],
                              diag.details.get("got_axes") or [])
     elif diag.expected is not None or diag.got is not None:
         if diag.kind not in ("values",):
-            out.append(Text(f"  expected {diag.expected}   got {diag.got}", style="dim"))
+            out.append(Text(one_line(f"  expected {diag.expected}   got {diag.got}"), style="dim"))
     where = _where(diag)
     if where:
-        out.append(Text(f"  {where}", style="dim"))
+        out.append(Text(one_line(f"  {where}"), style="dim"))
     if isinstance(diag.details.get("heatmap"), dict):
         out.append(Heatmap(diag.details["heatmap"]))
     if run_mistake is not None and diag.misconception == run_mistake.get("id"):
         out.append(_run_mistake_line(run_mistake))     # the same mistake, with the run's evidence
         return out
     if diag.misconception:
-        out.append(Text.assemble(("likely mistake: ", "bold magenta"), diag.hint or diag.misconception))
+        out.append(Text.assemble(("likely mistake: ", "bold magenta"), visible(diag.hint or diag.misconception)))
     elif diag.hint:
-        out.append(Text.assemble(("try: ", "bold cyan"), diag.hint))
+        out.append(Text.assemble(("try: ", "bold cyan"), visible(diag.hint)))
     if run_mistake is not None:
         out.append(_run_mistake_line(run_mistake))
     return out
@@ -118,7 +127,7 @@ def _run_mistake_line(entry: dict) -> Text:
         evidence = f"{counted}, {bound(entry['max_error_float64'])} in float64"
     else:
         evidence = f"{counted} {bound(entry.get('max_error'))}"
-    return Text.assemble((f"likely mistake ({evidence}): ", "bold magenta"), str(entry.get("sentence", "")))
+    return Text.assemble((one_line(f"likely mistake ({evidence}): "), "bold magenta"), visible(entry.get("sentence", "")))
 
 
 def _where(diag: Diagnosis) -> str:
@@ -146,17 +155,20 @@ def _table(tests: list[TestResult], width: int) -> Table:
     for t in tests:
         mark, color = MARK[t.status]
         if t.status is Status.PASS:
-            why = ""
+            why = t.message          # empty, or a note the test left (a float64 result's rounding)
         elif t is not first and first is not None and t.message == first.message:
             why = "same as the first failure"
         else:
             why = t.message or t.status.value
-        table.add_row(Text(mark, style=color), Text.assemble((f"{t.group} ", "dim"), _clip(t.name, name_w - len(t.group) - 1)),
-                      f"{points(t.score)}/{points(t.max_score)}", Text(_clip(why, why_w), style="dim"))
+        group = one_line(t.group)
+        table.add_row(Text(mark, style=color), Text.assemble((f"{group} ", "dim"), _clip(t.name, name_w - len(group) - 1)),
+                      Text(f"{points(t.score)}/{points(t.max_score)}"), Text(_clip(why, why_w), style="dim"))
     return table
 
 
 def _clip(text: str, n: int) -> str:
+    """``text`` on one line (untrusted.one_line), cut to ``n`` characters with an ellipsis."""
+    text = one_line(text)
     return text if len(text) <= n else text[: max(n - 1, 1)] + "…"
 
 
@@ -187,21 +199,21 @@ def render_list(con: Console, workspace, rows) -> None:
         table.add_column(col)
     for r in rows:
         color = {"pass": "green", "fail": "yellow"}.get(r.status, "dim")
-        table.add_row(str(r.number), f"{r.title} ({r.slug})", r.path, Text(r.status, style=color),
-                      f"{points(r.best_score)}/{points(r.max_score)}")
+        table.add_row(Text(str(r.number)), Text(one_line(f"{r.title} ({r.slug})")), Text(one_line(r.path)),
+                      Text(one_line(r.status), style=color), Text(f"{points(r.best_score)}/{points(r.max_score)}"))
     con.print(table)
     if workspace is None:
         con.print(Text("No workspace here: create one with `lumen-ex init DIR` to track progress.", style="dim"))
     else:
-        con.print(Text(f"workspace: {workspace.root}", style="dim"), soft_wrap=True)
+        con.print(Text(one_line(f"workspace: {workspace.root}"), style="dim"), soft_wrap=True)
 
 
 def render_init(con: Console, workspace, directory: Path) -> None:
     # soft_wrap: a path is printed whole, never broken across lines, so it can be copied.
-    con.print(Text.assemble(("Created a lumen-ex workspace in ", ""), (str(workspace.root), "bold")),
+    con.print(Text.assemble(("Created a lumen-ex workspace in ", ""), (one_line(workspace.root), "bold")),
               soft_wrap=True)
-    con.print(f"Next:\n  cd {directory}\n  open 01-attention/README.md, edit 01-attention/attention.py\n"
-              "  lumen-ex check 1")
+    con.print(Text(f"Next:\n  cd {one_line(directory)}\n  open 01-attention/README.md, edit 01-attention/attention.py\n"
+                   "  lumen-ex check 1"))
 
 
 def render_hint(con: Console, hint) -> None:
@@ -216,8 +228,8 @@ def render_doctor(con: Console, report) -> None:
     for col in ("", "area", "what", "status", "to fix"):
         table.add_column(col)
     for f in report.findings:
-        table.add_row(Text("✓" if f.ok else "✗", style="green" if f.ok else "yellow"), f.area, f.name,
-                      f.detail, Text(f.fix, style="cyan"))
+        table.add_row(Text("✓" if f.ok else "✗", style="green" if f.ok else "yellow"), Text(one_line(f.area)),
+                      Text(one_line(f.name)), Text(visible(f.detail)), Text(visible(f.fix), style="cyan"))
     con.print(table)
     if not report.sandbox_ok:
         con.print(Text("No isolating sandbox: checks will run NOT ISOLATED. Install bubblewrap (see above).",

@@ -41,13 +41,30 @@ class WorkerCrashed(WorkerFailure):
 
 
 class WorkerProtocolError(WorkerFailure):
+    """The worker sent something that is not a valid reply: charged to the submission (the
+    learner's code shares the worker's process and can write to its reply pipe)."""
+
     kind = "protocol"
+
+
+def protocol_message(detail: str) -> str:
+    """How a malformed reply is reported on the test it broke."""
+    return f"your code's process sent a malformed reply: {detail}; the grader replaced it"
+
+
+def decode_detail(exc: BaseException) -> str:
+    """What went wrong while decoding a reply, in a few words: the wire's own message, or the
+    type of whatever else a crafted reply made fail."""
+    if isinstance(exc, wire.ProtocolError):
+        return str(exc)[:300]
+    return wire.clean_text(f"{type(exc).__name__} while decoding it: {exc}", 300)
 
 
 class LearnerError(Exception):
     """The learner's code raised an exception (reported by the worker: a claim, not a verdict)."""
 
     def __init__(self, error: dict, output: str = ""):
+        """``error``: as checked by ``wire.check_error`` (or built by the harness itself)."""
         self.type = str(error.get("type", "Exception"))[:100]
         self.message = str(error.get("message", ""))[:1000]
         where = error.get("where")
@@ -124,6 +141,10 @@ class Worker:
         self.kill()
         return exc_type(message, self.output.take())
 
+    def protocol_failure(self, exc: BaseException) -> WorkerProtocolError:
+        """Kill this worker for a reply that failed to decode (``exc``: whatever was raised)."""
+        return self._fail(WorkerProtocolError, protocol_message(decode_detail(exc)))
+
     def _drain_output(self) -> None:
         while True:
             try:
@@ -156,6 +177,9 @@ class Worker:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                if not write and self.parser.partial:   # part of a frame, then silence
+                    raise self._fail(WorkerProtocolError, protocol_message(
+                        f"a truncated frame ({self.parser.buffered} bytes of it), then nothing until the time limit"))
                 raise self._fail(WorkerTimeout, "")
             readable, writable, _ = select.select(fds_r, fds_w, [], min(remaining, 0.5))
             if self.launched.output_fd in readable:
@@ -169,8 +193,8 @@ class Worker:
         while True:
             try:
                 frame = self.parser.next_frame()
-            except wire.ProtocolError as exc:
-                raise self._fail(WorkerProtocolError, f"the worker sent an invalid reply: {exc}") from None
+            except Exception as exc:  # noqa: BLE001  any failure to decode is the sender's
+                raise self.protocol_failure(exc) from None
             if frame is not None:
                 return frame
             self._wait(deadline)
@@ -197,10 +221,11 @@ class Worker:
                 header, _ = self._read_frame(deadline)
             except WorkerTimeout as exc:
                 raise WorkerTimeout("the sandbox did not start in time (torch import too slow?)", exc.output) from None
-            if header.get("hello") is not True:
-                raise self._fail(WorkerProtocolError, "the worker did not start with a hello frame")
-            self.hello = Hello(str(header.get("torch", ""))[:40], header.get("cuda") is True,
-                               time.monotonic() - self.started)
+            try:
+                hello = wire.check_hello(header)
+            except Exception as exc:  # noqa: BLE001
+                raise self.protocol_failure(exc) from None
+            self.hello = Hello(hello["torch"], hello["cuda"], time.monotonic() - self.started)
             self.output.take()
         return self.hello
 
@@ -214,11 +239,14 @@ class Worker:
             reply, out = self._read_frame(deadline)
         except WorkerTimeout as exc:
             raise WorkerTimeout(f"the call did not return within {timeout:g} s", exc.output) from None
-        if reply.get("id") != rid:
-            raise self._fail(WorkerProtocolError, "the worker answered out of turn (reply id mismatch)")
+        if type(reply.get("id")) is not int or reply["id"] != rid:
+            raise self._fail(WorkerProtocolError, protocol_message("an answer out of turn (reply id mismatch)"))
+        try:
+            elapsed = wire.check_elapsed(reply)
+        except Exception as exc:  # noqa: BLE001
+            raise self.protocol_failure(exc) from None
         self._drain_output()
-        elapsed = reply.get("elapsed")
-        return Reply(reply, out, self.output.take(), elapsed if isinstance(elapsed, float) else 0.0)
+        return Reply(reply, out, self.output.take(), elapsed)
 
     def kill(self) -> None:
         self.launched.kill()
@@ -238,8 +266,11 @@ class WorkerPool:
     def __init__(self, launcher: Launcher, spec: WorkerSpec, *, module: str, functions: list[str],
                  first: Launched | None = None,
                  forbidden: list[str] = (), startup_timeout: float = 60.0, call_timeout: float = 10.0,
-                 run_deadline: float | None = None):
+                 run_deadline: float | None = None, source: bytes | None = None):
         self.launcher, self.spec = launcher, spec
+        # The learner's file as read once when the check began (lumen_ex/snapshot.py): every worker
+        # imports these bytes, never the file on disk, which may have been saved again since.
+        self.source = source
         self.module, self.functions, self.forbidden = module, list(functions), list(forbidden)
         self.startup_timeout, self.call_timeout = startup_timeout, call_timeout
         self.run_deadline = run_deadline
@@ -267,6 +298,13 @@ class WorkerPool:
             self.worker = None
             self.restarts += 1
 
+    def protocol_failure(self, exc: BaseException, output: str = "") -> WorkerProtocolError:
+        """A reply that came back whole but failed to decode (``exc``: whatever was raised): the
+        worker is replaced (a fresh one starts now) and the error returned, to be raised."""
+        self.discard()
+        self.spawn()
+        return WorkerProtocolError(protocol_message(decode_detail(exc)), output)
+
     def close(self) -> None:
         if self.worker is not None:
             self.worker.kill()
@@ -290,14 +328,24 @@ class WorkerPool:
             hello_deadline = time.monotonic() + self._timeout(self.startup_timeout)
             worker.wait_hello(hello_deadline)
             if not self.loaded:
-                reply = worker.request(
-                    {"op": "load", "module": self.module, "path": worker.launched.module_path,
-                     "functions": self.functions, "forbidden": self.forbidden},
-                    [], self._timeout(self.call_timeout))
-                if not reply.header.get("ok"):
-                    self.load_failure = ImportFailed(_error_of(reply.header), reply.output)
+                load = {"op": "load", "module": self.module, "path": worker.launched.module_path,
+                        "functions": self.functions, "forbidden": self.forbidden}
+                sent = []
+                if self.source is not None:
+                    load["source"] = "tensor"           # the bytes travel as the frame's one tensor
+                    sent = [torch.frombuffer(bytearray(self.source), dtype=torch.uint8) if self.source
+                            else torch.empty(0, dtype=torch.uint8)]
+                reply = worker.request(load, sent, self._timeout(self.call_timeout))
+                try:
+                    ok = wire.check_ok(reply.header)
+                    checked = (wire.check_functions(reply.header.get("functions"), self.functions) if ok
+                               else wire.check_error(reply.header.get("error")))
+                except Exception as exc:  # noqa: BLE001  a malformed load reply is the submission's
+                    raise worker.protocol_failure(exc) from None
+                if not ok:
+                    self.load_failure = ImportFailed(checked, reply.output)
                     raise self.load_failure
-                self.signatures = reply.header.get("functions") if isinstance(reply.header.get("functions"), dict) else {}
+                self.signatures = checked
                 self.import_output = reply.output   # shown with the first test that runs
                 self.loaded = True
         except WorkerFailure as exc:
@@ -318,7 +366,3 @@ class WorkerPool:
             self.spawn()   # pre-warm the replacement while the harness records this failure
             raise
 
-
-def _error_of(header: dict) -> dict:
-    error = header.get("error")
-    return error if isinstance(error, dict) else {"type": "Error", "message": "unknown error"}

@@ -13,12 +13,12 @@ import time
 
 import pytest
 
-from lumen_ex.results import CheckFailed, Diagnosis, Status, TestResult
+from lumen_ex.results import CheckFailed, Diagnosis, Status, TestResult, take_notes
 
 from .client import ImportFailed, LearnerError, WorkerFailure
 from .proxy import Submission
 
-STATUS_OF_KIND = {"timeout": Status.TIMEOUT, "crash": Status.ERROR, "protocol": Status.ERROR,
+STATUS_OF_KIND = {"timeout": Status.TIMEOUT, "crash": Status.ERROR, "protocol": Status.FAIL,
                   "import": Status.ERROR, "grader": Status.ERROR}
 
 
@@ -65,6 +65,7 @@ class GradingPlugin:
 
     def pytest_runtest_setup(self, item) -> None:
         self._submission.outputs.clear()
+        take_notes()   # a note left outside a test belongs to none
         self._started = time.perf_counter()
 
     @pytest.hookimpl(hookwrapper=True)
@@ -85,6 +86,9 @@ class GradingPlugin:
         elif report.failed:
             record.status, record.diagnosis = _classify(call.excinfo)
             record.message = record.diagnosis.summary
+        notes = take_notes()
+        if notes and record.status is Status.PASS and not record.message:
+            record.message = " ".join(notes)   # a passing test's remark (lumen_ex/results.py note)
         record.output = _cap("".join(o for o in self._submission.outputs if o))
         record.duration = time.perf_counter() - self._started
 

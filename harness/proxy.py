@@ -46,16 +46,31 @@ def meta(t: torch.Tensor) -> TensorMeta:
     return getattr(t, "lumen_meta", None) or TensorMeta()
 
 
-def _annotate(t: torch.Tensor, ref: dict) -> torch.Tensor:
-    def text(key, default):
-        value = ref.get(key, default)
-        return str(value)[:120] if isinstance(value, str) else default
+def _annotator(devices: frozenset[str]):
+    """``on_tensor`` for wire.unpack: checks a tensor reference's advisory fields (what the worker
+    claims about the tensor) and stores them on the rebuilt tensor as ``lumen_meta``."""
 
-    t.lumen_meta = TensorMeta(
-        pytype=text("pytype", "torch.Tensor"), device=text("device", "cpu"),
-        requires_grad=ref.get("requires_grad") is True, grad_fn=ref.get("grad_fn") is True,
-        contiguous=ref.get("contiguous") is not False)
-    return t
+    def annotate(t: torch.Tensor, ref: dict) -> torch.Tensor:
+        t.lumen_meta = tensor_meta(ref, devices)
+        # Checked here, not claimed: a tensor rebuilt on meta arrived without data (wire.py), and
+        # one that arrived with data is no meta tensor, whatever its tag says.
+        if (t.lumen_meta.device == "meta") != t.is_meta:
+            raise wire.ProtocolError("a tensor's device tag says meta but it carried data, or the reverse")
+        return t
+
+    return annotate
+
+
+def tensor_meta(ref: dict, devices: frozenset[str]) -> TensorMeta:
+    """The claims of one tensor reference, each of the right type (else wire.ProtocolError); the
+    device must be one this call's tensors could be on (wire.check_device_tag)."""
+    pytype = ref.get("pytype", "torch.Tensor")
+    flags = {k: ref.get(k, default) for k, default in
+             (("requires_grad", False), ("grad_fn", False), ("contiguous", True))}
+    if type(pytype) is not str or not all(type(v) is bool for v in flags.values()):
+        raise wire.ProtocolError("a tensor's type or autograd flags have the wrong type")
+    device = wire.check_device_tag(ref.get("device", "cpu"), devices)
+    return TensorMeta(pytype=wire.clean_text(pytype, 120), device=device, **flags)
 
 
 class Submission:
@@ -127,8 +142,9 @@ class Submission:
             self.outputs.append(getattr(exc, "output", "") or "")
             raise
         self.outputs.append(reply.output)
+        devices = frozenset({"cpu", str(header["device"]).split(":")[0]})
         return self._decode(fn, reply, n_args=len(args), n_grads=len(grad_wrt) if grad_wrt else None,
-                            echo_args=echo_args, count_ops=count_ops)
+                            echo_args=echo_args, count_ops=count_ops, devices=devices)
 
     # -- internals -------------------------------------------------------------------------
 
@@ -139,7 +155,8 @@ class Submission:
             pool = self._pool
             forbidden = list(getattr(pool, "forbidden", None) or [])
             module_dir = getattr(getattr(pool, "spec", None), "module_dir", None)
-            self._scan = (scan_file(Path(module_dir) / self.module_file, forbidden)
+            self._scan = (scan_file(Path(module_dir) / self.module_file, forbidden,
+                                    data=getattr(pool, "source", None))
                           if forbidden and module_dir is not None else None)
             self._scanned: dict[str, list[str]] = {}
         if self._scan is None:
@@ -147,6 +164,13 @@ class Submission:
         if fn not in self._scanned:
             self._scanned[fn] = self._scan.reached_from(fn)
         return self._scanned[fn]
+
+    def _unverifiable_in_source(self, fn: str) -> list[str]:
+        """Why the scan cannot prove that ``fn`` reaches no forbidden API (code it cannot follow, a
+        file over its bounds); empty when it can. Called after _forbidden_in_source."""
+        if getattr(self, "_scan", None) is None:
+            return []
+        return [f.why for f in self._scan.unverifiable(fn)]
 
     def _require(self, fn: str) -> None:
         sig = self.signature(fn)
@@ -160,43 +184,19 @@ class Submission:
                                         expected="a function", got="something else"))
 
     def _decode(self, fn: str, reply, *, n_args: int, n_grads: int | None, echo_args: bool,
-                count_ops: bool) -> CallResult:
+                count_ops: bool, devices: frozenset[str] = frozenset({"cpu"})) -> CallResult:
         """Rebuild a reply, checking that its structure is what was asked for: a hostile worker must
-        never make a hidden test's own arithmetic fail (that would be blamed on the grader)."""
-        h, tensors = reply.header, reply.tensors
-        if not h.get("ok"):
-            error = h.get("error") if isinstance(h.get("error"), dict) else {}
-            raise LearnerError(error, reply.output)
+        never make a hidden test's own arithmetic fail (that would be blamed on the grader). Any
+        failure to decode it, of whatever type, is a protocol error charged to the submission, and
+        the worker is replaced."""
         try:
-            value = wire.unpack(h.get("result"), tensors, on_tensor=_annotate)
-            result = CallResult(value, output=reply.output, elapsed=reply.elapsed)
-            grads = h.get("grads")
-            if isinstance(grads, dict):
-                if "error" in grads:
-                    result.grad_error = str(grads["error"])[:300]
-                else:
-                    result.grads = wire.unpack(grads.get("grads"), tensors)
-                    _require(isinstance(result.grads, tuple) and len(result.grads) == n_grads
-                             and all(g is None or isinstance(g, torch.Tensor) for g in result.grads),
-                             "gradients are not one tensor (or None) per requested input")
-            elif n_grads is not None:
-                raise wire.ProtocolError("gradients were asked for and not sent")
-            if count_ops:
-                ops = h.get("ops")
-                _require(isinstance(ops, dict) and all(type(ops.get(k)) is int and ops[k] >= 0
-                                                       for k in ("total_elements", "ops", "largest")),
-                         "the work counter's summary is missing or malformed")
-                result.ops = {k: v for k, v in ops.items() if isinstance(v, (int, str, list))}
-            if echo_args:
-                result.args_after = wire.unpack(h.get("args_after"), tensors)
-                _require(isinstance(result.args_after, tuple) and len(result.args_after) == n_args,
-                         "the arguments were not echoed back one for one")
-        except wire.ProtocolError as exc:
-            self._pool.discard()
-            raise CheckFailed(Diagnosis("protocol", f"the worker sent an invalid reply: {exc}")) from None
-        claimed = h.get("forbidden")
-        forbidden = [str(n)[:100] for n in claimed] if isinstance(claimed, list) else []
-        forbidden += [n for n in self._forbidden_in_source(fn) if n not in forbidden]
+            result, claimed = self._checked(reply, n_args=n_args, n_grads=n_grads, echo_args=echo_args,
+                                            count_ops=count_ops, devices=devices)
+        except LearnerError:
+            raise
+        except Exception as exc:  # noqa: BLE001  whatever a crafted reply made fail
+            raise self._pool.protocol_failure(exc, reply.output) from None
+        forbidden = claimed + [n for n in self._forbidden_in_source(fn) if n not in claimed]
         if forbidden:
             names = [short_api_name(n) for n in forbidden]
             listed = " and ".join(names) if len(names) <= 2 else ", ".join(names[:-1]) + " and " + names[-1]
@@ -204,7 +204,64 @@ class Submission:
                 "forbidden", f"implement it yourself; calling {listed} is not allowed in this exercise",
                 got=names, details={"function": fn}, misconception="forbidden-api",
                 hint="Write it with matrix products (@ or torch.matmul) and torch.softmax, as the README shows."))
+        unverified = self._unverifiable_in_source(fn)
+        if unverified:
+            raise CheckFailed(Diagnosis(
+                "forbidden", f"cannot be verified: your {self.module_file} {unverified[0]}"[:400],
+                got=unverified[:5], details={"function": fn}, misconception="unverifiable-source",
+                hint="The grader proves from your source that no library attention is used, so it accepts only "
+                     "code it can follow: write attributes and imports out (import torch, F.softmax), in one file."))
         return result
+
+    @staticmethod
+    def _checked(reply, *, n_args: int, n_grads: int | None, echo_args: bool, count_ops: bool,
+                 devices: frozenset[str]) -> tuple[CallResult, list[str]]:
+        """The reply as a CallResult and the forbidden APIs the worker claims were called, or
+        wire.ProtocolError (LearnerError when the worker reports that the learner's code raised)."""
+        h, tensors = reply.header, reply.tensors
+        if not wire.check_ok(h):
+            raise LearnerError(wire.check_error(h.get("error")), reply.output)
+        value = wire.unpack(h.get("result"), tensors, on_tensor=_annotator(devices), devices=devices)
+        result = CallResult(value, output=reply.output, elapsed=reply.elapsed)
+        _decode_grads(result, h.get("grads"), tensors, n_grads, devices)
+        if count_ops:
+            result.ops = _checked_ops(h.get("ops"))
+        if echo_args:
+            result.args_after = wire.unpack(h.get("args_after"), tensors, devices=devices)
+            _require(isinstance(result.args_after, tuple) and len(result.args_after) == n_args,
+                     "the arguments were not echoed back one for one")
+        claimed = h.get("forbidden", [])
+        _require(isinstance(claimed, list) and len(claimed) <= wire.MAX_TENSORS
+                 and all(type(n) is str for n in claimed), "the list of forbidden calls is malformed")
+        return result, [wire.clean_text(n, 100) for n in claimed]
+
+
+def _decode_grads(result: CallResult, grads, tensors, n_grads: int | None, devices) -> None:
+    """The gradients of a reply (or why there are none) onto ``result``."""
+    if grads is None:
+        _require(n_grads is None, "gradients were asked for and not sent")
+        return
+    _require(isinstance(grads, dict) and n_grads is not None, "gradients are malformed or were not asked for")
+    if "error" in grads:
+        _require(type(grads["error"]) is str, "the gradient error is not a string")
+        result.grad_error = wire.clean_text(grads["error"], 300)
+        return
+    result.grads = wire.unpack(grads.get("grads"), tensors, devices=devices)
+    _require(isinstance(result.grads, tuple) and len(result.grads) == n_grads
+             and all(g is None or isinstance(g, torch.Tensor) for g in result.grads),
+             "gradients are not one tensor (or None) per requested input")
+
+
+def _checked_ops(ops) -> dict:
+    """The work counter's summary: counts as non-negative ints, the largest op's name and shape."""
+    _require(isinstance(ops, dict) and all(type(ops.get(k)) is int and ops[k] >= 0
+                                           for k in ("total_elements", "ops", "largest")),
+             "the work counter's summary is missing or malformed")
+    shape = ops.get("largest_shape", [])
+    _require(type(ops.get("largest_op", "")) is str and isinstance(shape, list) and len(shape) <= wire.MAX_DIMS
+             and all(type(d) is int and d >= 0 for d in shape), "the work counter's summary is malformed")
+    return {"total_elements": ops["total_elements"], "ops": ops["ops"], "largest": ops["largest"],
+            "largest_op": wire.clean_text(ops.get("largest_op", ""), 100), "largest_shape": list(shape)}
 
 
 def _require(ok: bool, what: str) -> None:

@@ -18,8 +18,9 @@ from lumen_ex.sandbox.docker import DockerSandbox
 from lumen_ex.sandbox.select import select_launcher
 
 from . import catalog as catalog_mod
+from . import snapshot
 from .errors import DeviceUnavailable, UsageError
-from .results import Diagnosis, RunResult, SandboxInfo, Status, TestResult
+from .results import Diagnosis, RunResult, SandboxInfo, Status, TestResult, base_versions
 from .workspace import Workspace
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -67,7 +68,11 @@ def run_check(exercise: str | int, *, workspace: Path | None = None, sandbox: st
         result = grade(ex, ws.root, learner_file, launcher, seed=seed, device=device, select=select,
                        started=started, warning=warning)
     if record and result.status is not Status.ERROR:
-        ws.record_check(ex.slug, result.status.value, result.score, result.max_score)
+        try:
+            ws.record_check(ex.slug, result.status.value, result.score, result.max_score)
+        except OSError as exc:   # a read-only workspace: the grade stands, the progress is not kept
+            result.warnings.append(f"your progress was not saved ({exc.strerror or type(exc).__name__}: "
+                                   f"{exc.filename or ws.root})")
     return result
 
 
@@ -87,6 +92,12 @@ def grade(ex, workspace: Path, learner_file: Path, launcher: Launcher, *, seed: 
     wanted = device
     spec = worker_spec(ex, workspace, learner_file, device)
     device = spec.device
+    try:
+        source = snapshot.take(learner_file)   # once: every worker and the scan grade these bytes
+    except snapshot.SnapshotRefused as exc:
+        if first is not None:
+            first.kill()
+        return _refused(ex, str(exc), launcher, device=device, seed=seed, started=started, warning=warning)
 
     if first is None:
         first = launcher.launch(spec)  # before importing torch here: the two imports then overlap
@@ -95,7 +106,8 @@ def grade(ex, workspace: Path, learner_file: Path, launcher: Launcher, *, seed: 
         from lumen_ex.harness.client import WorkerPool
 
         pool = WorkerPool(launcher, spec, first=first, module=ex.module, functions=list(ex.functions),
-                          forbidden=list(ex.forbidden), startup_timeout=ex.times.startup_seconds,
+                          forbidden=list(ex.forbidden), source=source.data,
+                          startup_timeout=ex.times.startup_seconds,
                           call_timeout=ex.times.call_seconds,
                           run_deadline=started + ex.times.run_seconds)
         device = _confirm_device(pool, wanted, device)
@@ -105,7 +117,24 @@ def grade(ex, workspace: Path, learner_file: Path, launcher: Launcher, *, seed: 
         (pool.close() if pool is not None else first.kill())
     note = " ".join(filter(None, [launcher.note(), warning]))
     sandbox_info = SandboxInfo(launcher.name, launcher.isolated, pool.enforced, note)
-    return _assemble(ex, results, errors, sandbox_info, device=device, seed=seed, started=started)
+    result = _assemble(ex, results, errors, sandbox_info, device=device, seed=seed, started=started)
+    result.source = source.to_dict()
+    return result
+
+
+def _refused(ex, reason: str, launcher: Launcher, *, device, seed, started, warning) -> RunResult:
+    """The result for a file that cannot be graded at all (lumen_ex/snapshot.py): one failed row,
+    no test run, nothing scored."""
+    message = f"your file was not graded: {reason}"
+    row = TestResult("file", "the exercise file can be read", "file", Status.FAIL, message=message,
+                     diagnosis=Diagnosis("file", message), max_score=0.0)
+    note = " ".join(filter(None, [launcher.note(), warning]))
+    return RunResult(
+        exercise=ex.summary(), status=Status.FAIL, sandbox=SandboxInfo(launcher.name, launcher.isolated, {}, note),
+        device=device, seed=seed, score=0.0, max_score=round(sum(ex.points.values()), 6),
+        duration=time.monotonic() - started, message=message, tests=[row],
+        versions={**base_versions(), "catalog": catalog_mod.load().version},
+    )
 
 
 def _confirm_device(pool, wanted: str, device: str) -> str:

@@ -11,6 +11,10 @@ a check that cannot run becomes status "error" with the reason. The exit code is
 was written (the process then ends at once, skipping torch's slow interpreter shutdown); the host
 reads verdicts only from the document.
 
+The image runs this (and lumen_ex/platforms.py) as ``python -IB`` in the fixed folder /run/lumen
+(grader.Dockerfile): nothing in the working folder or the environment of whoever starts the
+container is imported (lumen_ex/trusted.py).
+
 The seed may come from the environment (LUMEN_EX_SEED, which the docker backend uses) rather than
 the command line, because every process in the container, the worker included, can read the
 harness's command line in /proc, but not its environment.

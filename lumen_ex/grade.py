@@ -5,7 +5,12 @@
 How it works:
 
 - SUBMISSIONS is read by lumen_ex/submissions.py: one student per folder or zip, each given a
-  throwaway workspace in a scratch folder (DIR/.scratch-*, removed at the end).
+  throwaway workspace in a scratch folder (DIR/.scratch-*, removed at the end). Every file is read
+  through lumen_ex/bounded.py (regular files only, size caps) and looking through a submission has
+  an entry and time budget, so a FIFO, a link to /dev/zero or a zip bomb is that student's ``fail``
+  row with the reason, never a hang or a crash of the run.
+- The grading processes run isolated (``python -I`` in ``/``, lumen_ex/trusted.py): a student's
+  ``json.py`` in the folder this command was started from is never imported by them.
 - ``--jobs`` warm grading processes (lumen_ex/grade_worker.py) each import torch once and then run
   ``lumen_ex.check.run_check`` for one student x exercise after another, every check against fresh
   sandboxed workers (or a fresh container), with the next check's worker started while the current
@@ -132,11 +137,10 @@ def record(out: Path, student: str, ex: Exercise, result: RunResult) -> None:
 
 
 def describe_submission(out: Path, sub: Submission, prepared: Prepared) -> None:
-    """DIR/results/<student>/submission.json: what was graded, from where (and the git commit)."""
-    from .submissions import git_commit
-
+    """DIR/results/<student>/submission.json: what was graded, from where (and the git commit,
+    read by :func:`lumen_ex.submissions.prepare` through the bounded reader)."""
     info = {"student": sub.student, "source": sub.source.name, "kind": sub.kind,
-            "commit": git_commit(sub.source) if sub.kind == "git" else "",
+            "commit": prepared.commit,
             "graded": prepared.found, "missing": prepared.missing, "refused": prepared.refused}
     write_atomically(Path(out) / RESULTS / sub.student / SUBMISSION_INFO, json.dumps(info, indent=1) + "\n")
 
@@ -150,8 +154,9 @@ def _versions() -> dict[str, str]:
 
 def submission_result(ex: Exercise, reason: str, *, status: Status, sandbox: SandboxInfo, device: str,
                       seed: int = 0) -> RunResult:
-    """The document of an exercise that could not be graded because of the submission itself:
-    ``fail`` (0 points) when the file is simply not there, ``error`` when it could not be read."""
+    """The document of an exercise that could not be graded because of the submission itself
+    (``fail``, 0 points: the file is not there, or the submission broke a rule of
+    lumen_ex/submissions.py), with the reason."""
     test = TestResult("submission", f"{ex.path} was submitted", "submission", Status.ERROR,
                       max_score=ex.max_score, message=reason,
                       diagnosis=Diagnosis("missing", reason, hint=f"Submit your file as {ex.path}."))
@@ -162,9 +167,10 @@ def submission_result(ex: Exercise, reason: str, *, status: Status, sandbox: San
 def unpreparable_result(ex: Exercise, refused: str, missing: dict[str, str], *, sandbox: SandboxInfo,
                         device: str, seed: int = 0) -> RunResult | None:
     """The document of an exercise the submission itself keeps from being graded (the whole
-    submission refused: error; this exercise's file missing: fail), or None when it can be graded."""
+    submission refused, or this exercise's file missing or unreadable: fail, with the reason; the
+    submission is charged, not the grader), or None when it can be graded."""
     if refused:
-        return submission_result(ex, refused, status=Status.ERROR, sandbox=sandbox, device=device, seed=seed)
+        return submission_result(ex, refused, status=Status.FAIL, sandbox=sandbox, device=device, seed=seed)
     if ex.slug in missing:
         return submission_result(ex, missing[ex.slug], status=Status.FAIL, sandbox=sandbox, device=device,
                                  seed=seed)
@@ -176,6 +182,18 @@ def grader_error_result(ex: Exercise, reason: str, *, sandbox: SandboxInfo, devi
     """The document of a check whose grading process died or hung: status ``error``, the reason."""
     return grader_error(ex.summary(), reason, sandbox=sandbox, device=device, seed=seed, duration=duration,
                         versions=_versions())
+
+
+def prepare_safely(sub: Submission, exercises: list[Exercise], catalog: Catalog, scratch: Path) -> Prepared:
+    """:func:`lumen_ex.submissions.prepare`, and should it fail unexpectedly, a refused submission
+    with the reason: one student's files never end the class's run."""
+    try:
+        return prepare(sub, exercises, catalog, scratch)
+    except Exception as exc:  # noqa: BLE001  a row with the reason, never a crash of the batch
+        ws = scratch / "ws" / sub.student
+        ws.mkdir(parents=True, exist_ok=True)
+        return Prepared(ws, refused=f"the submission {sub.source.name} could not be read: "
+                                    f"{type(exc).__name__}: {exc}")
 
 
 # -- the sandbox ---------------------------------------------------------------------------------
@@ -251,7 +269,7 @@ class Batch:
         outcome.sandbox = sandbox.split(":")[0]
         self.note = note
         by_student = {s.student: s for s in subs}
-        scratch = Path(tempfile.mkdtemp(prefix=".scratch-", dir=self._ensure_out()))
+        scratch = Path(tempfile.mkdtemp(prefix=".scratch-", dir=self._ensure_out())).absolute()
         procs: list[GradingProcess] = []
         pending: deque[Job] = deque(jobs)
         remaining = {s: sum(j.student == s for j in jobs) for s in by_student}
@@ -286,7 +304,7 @@ class Batch:
             """The student's throwaway workspace, or None after recording why this job cannot run."""
             if job.student not in prepared:
                 sub = by_student[job.student]
-                prepared[job.student] = prepare(sub, req.exercises, self.catalog, scratch)
+                prepared[job.student] = prepare_safely(sub, req.exercises, self.catalog, scratch)
                 describe_submission(self.out, sub, prepared[job.student])
             p = prepared[job.student]
             unpreparable = unpreparable_result(job.exercise, p.refused, p.missing, sandbox=self.sandbox_info,

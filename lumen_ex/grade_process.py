@@ -12,10 +12,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from .trusted import TRUSTED_CWD, child_env, python_command
 
 if TYPE_CHECKING:
     from .grade import Job
@@ -24,7 +25,10 @@ STOP_GRACE_S = 15.0              # how long a grading process has to clean up af
 
 
 class GradingProcess:
-    """One warm ``python -m lumen_ex.grade_worker`` and the jobs it has been given."""
+    """One warm ``python -I -m lumen_ex.grade_worker`` and the jobs it has been given.
+
+    It runs isolated (lumen_ex/trusted.py): ``-I``, working folder ``/``, no PYTHON* variables, so
+    that nothing in the folder ``lumen-ex grade`` was started from (often a student's) is imported."""
 
     def __init__(self, sandbox: str, log: Path, tag: str):
         req_r, req_w = os.pipe()
@@ -33,9 +37,9 @@ class GradingProcess:
         with open(log, "ab") as log_file:
             try:
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "lumen_ex.grade_worker", str(req_r), str(rep_w), sandbox, tag],
+                    python_command("lumen_ex.grade_worker", str(req_r), str(rep_w), sandbox, tag),
                     pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                    close_fds=True, start_new_session=True)
+                    close_fds=True, start_new_session=True, cwd=TRUSTED_CWD, env=child_env())
             finally:
                 os.close(req_r)
                 os.close(rep_w)
@@ -50,7 +54,7 @@ class GradingProcess:
         self.spawned = time.monotonic()
 
     def send(self, job: Job, workspace: Path, device: str, note: str) -> None:
-        message = {"id": job.id, "exercise": job.exercise.number, "workspace": str(workspace),
+        message = {"id": job.id, "exercise": job.exercise.number, "workspace": str(Path(workspace).absolute()),
                    "seed": job.seed, "device": device, "note": note}
         data = (json.dumps(message) + "\n").encode()
         view = memoryview(data)

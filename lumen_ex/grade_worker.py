@@ -1,6 +1,6 @@
 """One warm grading process of ``lumen-ex grade``: many checks, one torch import.
 
-    python -m lumen_ex.grade_worker REQUEST_FD REPLY_FD SANDBOX TAG
+    python -I -m lumen_ex.grade_worker REQUEST_FD REPLY_FD SANDBOX TAG
 
 The batch coordinator (lumen_ex/grade.py) starts ``--jobs`` of these. Each imports torch and pytest
 once, then runs ``lumen_ex.check.run_check`` for one student x exercise after another, each against
@@ -18,6 +18,9 @@ of the second is already started, so its torch import overlaps the first one's t
 
 SANDBOX is ``bwrap``, ``none`` or ``docker:<image>`` (already chosen, and refused or allowed, by the
 coordinator). TAG only labels the process (the output folder), so that it can be found in ``ps``.
+It is started isolated (lumen_ex/trusted.py: ``-I``, working folder ``/``, no PYTHON* variables), so
+that a student's ``json.py`` or ``sitecustomize.py`` in the folder the instructor ran ``lumen-ex
+grade`` from is never imported here; the workspaces it is sent are absolute paths.
 SIGTERM (and SIGHUP) raise KeyboardInterrupt, so the check in progress kills its workers (or its
 container) on the way out.
 """

@@ -8,11 +8,17 @@ cluster-graded class gives the same files as one graded in a single run.
   check could not be graded, see ``first_failure``; ``pending``: not graded yet) and
   ``first_failure`` (the first exercise that did not pass: its first failing test and the diagnosis,
   with the misconception when one was named) and ``commit`` (for a git checkout). Cells that came
-  from a submission are neutralised against spreadsheet formula injection.
+  from a submission are neutralised against spreadsheet formula injection (untrusted.csv_cell: a
+  quote before every ``= + - @`` that could start a formula, after any separator too).
 - ``report.md`` and the terminal report: the score distribution, the pass rate of every hidden test,
   the most frequent misconceptions across the class (counted once per student and exercise, from
   the run-level ``misconceptions`` summary of each document and ``diagnosis.misconception`` of its
-  failing tests), and the checks that need an instructor's look (status ``error``).
+  failing tests), and the checks that need an instructor's look (status ``error``). Every name,
+  message and hint in it is literal Markdown text on one line (untrusted.markdown), so none can
+  start a heading, a link or an HTML tag.
+
+Both files are always written, whatever the documents hold: a lone surrogate is replaced
+(untrusted.encodable) instead of stopping the writer.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from .atomic import write_atomically
 from .catalog import Exercise
 from .grade import load_document, result_path
 from .results import points
+from .untrusted import csv_cell, encodable, markdown, markdown_code
 
 PSEUDO_TESTS = ("grader", "submission")      # stand-ins for a check that did not run its tests
 BINS = 10
@@ -209,10 +216,7 @@ def _commit(out: Path, student: str) -> str:
 # -- gradebook.csv ---------------------------------------------------------------------------------
 
 
-def _safe(text: str) -> str:
-    """Neutralise a cell a spreadsheet would run as a formula (text from a submission)."""
-    text = " ".join(str(text).split())
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+_safe = csv_cell          # a cell from a submission: one line, never a formula
 
 
 def _num(x: float) -> str:
@@ -235,9 +239,7 @@ def gradebook_csv(report: ClassReport) -> str:
 # -- report.md -------------------------------------------------------------------------------------
 
 
-def _md(text: str) -> str:
-    return (str(text).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-            .replace("\n", " "))
+_md = markdown            # a heading or table cell from a submission: literal text on one line
 
 
 def _pts(x: float | None) -> str:
@@ -271,7 +273,7 @@ def report_markdown(report: ClassReport) -> str:
         for m in report.misconceptions:
             share = f"{100 * len(m.students) / max(len(graded), 1):.0f} %"
             names = ", ".join(m.students[:3]) + (" …" if len(m.students) > 3 else "")
-            out.append(f"| `{_md(m.id)}` | {m.exercise.number} {m.exercise.slug} | {len(m.students)} | {share} | "
+            out.append(f"| {markdown_code(m.id)} | {m.exercise.number} {m.exercise.slug} | {len(m.students)} | {share} | "
                        f"{_md(m.hint)} | {_md(names)} |")
     else:
         out.append("No misconception was named in any failing test.")
@@ -296,8 +298,8 @@ def write_outputs(out: Path, students: list[str], exercises: list[Exercise], tit
                   formats: tuple[str, ...] = ()) -> ClassReport:
     """Write gradebook.csv, report.md and the extra per-student format files; return the report."""
     report = build(out, students, exercises, title)
-    write_atomically(out / "gradebook.csv", gradebook_csv(report))
-    write_atomically(out / "report.md", report_markdown(report))
+    write_atomically(out / "gradebook.csv", encodable(gradebook_csv(report)))
+    write_atomically(out / "report.md", encodable(report_markdown(report)))
     if formats:
         from lumen_ex import formats as formats_mod
         from lumen_ex.results import RunResult
@@ -313,5 +315,5 @@ def write_outputs(out: Path, students: list[str], exercises: list[Exercise], tit
                     if fmt.name == "json":
                         continue        # the result document itself
                     path = result_path(out, row.student, ex).with_suffix(fmt.suffix)
-                    write_atomically(path, fmt.render(result))
+                    write_atomically(path, encodable(fmt.render(result)))
     return report

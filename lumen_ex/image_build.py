@@ -188,13 +188,17 @@ def requirements() -> list[str]:
 def download_wheels(dest: Path, specs: list[str], *, index_url: str | None = None) -> None:
     """``pip download`` binary wheels for the image's Python into ``dest`` (pip's own config applies)."""
     dest.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--only-binary=:all:",
-           "--dest", str(dest)]
+    from .trusted import TRUSTED_CWD, child_env, python_command
+
+    # isolated (lumen_ex/trusted.py): `python -m pip` would otherwise import from the current folder
+    cmd = python_command("pip", "download", "--disable-pip-version-check", "--only-binary=:all:",
+                         "--dest", str(dest.absolute()))
     if f"{sys.version_info.major}.{sys.version_info.minor}" != TARGET_PYTHON:
         cmd += ["--python-version", TARGET_PYTHON]
     if index_url:
         cmd += ["--extra-index-url", index_url]
-    proc = subprocess.run([*cmd, *specs], capture_output=True, text=True)
+    specs = [str(Path(s).absolute()) if os.path.exists(s) else s for s in specs]   # a local wheel, from "/"
+    proc = subprocess.run([*cmd, *specs], capture_output=True, text=True, cwd=TRUSTED_CWD, env=child_env())
     if proc.returncode != 0:
         last = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or ["pip failed"]
         raise BuildError(f"pip download failed: {last[0][:300]}",

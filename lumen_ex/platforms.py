@@ -23,6 +23,11 @@ reference or the results folder. The exercises come from ``--exercise`` (repeata
 ``$LUMEN_EX_EXERCISES`` ("1,2"), else every exercise in the catalogue. A results document is always
 written, even when grading itself failed (then Gradescope shows the reason with 0 points and
 PrairieLearn marks the submission not gradable); the exit code is 0 whenever it was written.
+
+Both entry points run isolated (``python -IB``, grader.Dockerfile; ``run_autograder`` starts in
+``/``): a student file named like a module (``json.py``, ``sitecustomize.py``) in the platform's
+working folder is never imported by this trusted process, and the submission's files are read only
+through lumen_ex/bounded.py (regular files, capped sizes).
 """
 
 from __future__ import annotations

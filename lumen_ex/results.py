@@ -167,6 +167,10 @@ class RunResult:
     message: str = ""
     tests: list[TestResult] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
+    source: dict[str, Any] | None = None  # {"file", "sha256", "bytes"}: the bytes graded (lumen_ex/snapshot.py)
+    # About this machine, not the grade (a progress file that could not be saved): shown once by the
+    # CLI, not part of the record.
+    warnings: list[str] = field(default_factory=list, compare=False)
 
     @property
     def misconceptions(self) -> list[dict[str, Any]]:
@@ -195,6 +199,7 @@ class RunResult:
             "device": self.device,
             "seed": self.seed,
             "versions": self.versions,
+            **({"source": self.source} if self.source else {}),
             "tests": [t.to_dict() for t in self.tests],
             **({"misconceptions": summary} if summary else {}),
         }
@@ -208,7 +213,27 @@ class RunResult:
                    sandbox=SandboxInfo(**data["sandbox"]), device=data["device"], seed=data["seed"],
                    score=data["score"], max_score=data["max_score"], duration=data["duration"],
                    message=data.get("message", ""), tests=[TestResult.from_dict(t) for t in data["tests"]],
-                   versions=data.get("versions", {}))
+                   versions=data.get("versions", {}), source=data.get("source"))
+
+
+# Notes a hidden test leaves on its own result, for a test that passes with something worth saying
+# (graders/support/expect.py: a float64 result with float32 rounding). The harness collects them
+# per test (harness/plugin.py) and shows them as the passing test's message. Only the trusted grading
+# process calls these: the learner's code runs in the worker and cannot reach them.
+_NOTES: list[str] = []
+
+
+def note(text: str) -> None:
+    """Attach ``text`` to the result of the hidden test now running (once, however often it is said)."""
+    if text not in _NOTES:
+        _NOTES.append(text)
+
+
+def take_notes() -> list[str]:
+    """The notes left since the last call, and forget them."""
+    taken = list(_NOTES)
+    _NOTES.clear()
+    return taken
 
 
 class CheckFailed(AssertionError):

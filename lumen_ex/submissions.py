@@ -13,9 +13,21 @@ at its catalogue path (``01-attention/attention.py``), at the top of the submiss
 folder (``alice/week1/...``, a GitHub download) is unwrapped first.
 
 Zips are unpacked member by member into the scratch folder, refusing absolute paths, ``..``,
-encrypted members, more than :data:`MAX_ZIP_MEMBERS` members, and more than :data:`MAX_ZIP_BYTES`
-unpacked (counted while reading, not taken from the zip's own headers). Symbolic links in a zip are
-skipped.
+encrypted members, more than :data:`MAX_ZIP_MEMBERS` members, more than :data:`MAX_ZIP_BYTES`
+unpacked (counted while reading, not taken from the zip's own headers), a member list (central
+directory) over :data:`MAX_ZIP_DIRECTORY_BYTES` (checked before it is parsed) and paths deeper than
+:data:`MAX_ZIP_DEPTH` folders. Symbolic links in a zip are skipped (and named in the reason when the
+exercise's file was one).
+
+Nothing is read from a submission except through lumen_ex/bounded.py: regular files only (never a
+link, FIFO, socket or device, which could point at ``/dev/zero`` or block forever), each with a size
+cap (:data:`MAX_SOURCE_BYTES` for learner files, :data:`MAX_GIT_FILE_BYTES` for ``.git/HEAD`` and a
+ref, :data:`MAX_PACKED_REFS_BYTES`, :data:`MAX_ZIP_FILE_BYTES` for the zip itself), and inside the
+submission's own folder. Looking through a submission is bounded too (:class:`Budget`): at most
+:data:`MAX_TREE_ENTRIES` files and folders listed and :data:`PREPARE_SECONDS` seconds per student.
+A submission that breaks a rule is refused as a whole (every exercise: status ``fail``, 0 points,
+the reason in the gradebook), except an exercise file that is not a regular file or is too large,
+which fails that exercise alone. Nothing a submission holds can hang or crash the batch.
 """
 
 from __future__ import annotations
@@ -24,10 +36,12 @@ import os
 import re
 import shutil
 import stat
+import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from .bounded import NotReadable, TooLarge, check_regular, open_regular, read_regular
 from .catalog import Catalog, Exercise
 from .workspace import MARKER
 
@@ -36,13 +50,60 @@ MAX_ZIP_BYTES = 64 << 20          # unpacked, all members together
 MAX_ZIP_MEMBER_BYTES = 16 << 20
 MAX_SOURCE_BYTES = 1 << 20        # one learner .py file copied into the throwaway workspace
 MAX_SOURCE_FILES = 64             # .py files copied from one exercise folder
+MAX_ZIP_FILE_BYTES = 256 << 20    # the .zip itself
+MAX_ZIP_DIRECTORY_BYTES = 4 << 20  # its list of members, checked before zipfile parses it
+MAX_ZIP_DEPTH = 16                # folders in one member's path
+MAX_GIT_FILE_BYTES = 4 << 10      # .git/HEAD, .git/refs/...
+MAX_PACKED_REFS_BYTES = 1 << 20   # .git/packed-refs (larger: the commit is simply not recorded)
+MAX_TREE_ENTRIES = 20_000         # files and folders listed while looking through one submission
+PREPARE_SECONDS = 60.0            # time spent unpacking and looking through one submission
 SEARCH_DEPTH = 4
 SKIP_DIRS = {"__pycache__", "node_modules", "__MACOSX", ".git", ".venv", "venv"}
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._@+-]")
 
 
 class SubmissionRefused(Exception):
-    """The submission cannot be read at all (a zip that is unsafe or broken)."""
+    """The submission cannot be read at all (a zip that is unsafe or broken, a file that breaks the
+    rules of lumen_ex/bounded.py where the whole submission depends on it, a tree too large)."""
+
+
+class Budget:
+    """How much of one submission the coordinator looks at: entries listed, and time spent.
+
+    Every listing and every unpacked chunk is charged here; going over refuses the submission, so
+    that a million files, a very deep tree or a slow zip cannot stall the class's grading."""
+
+    def __init__(self, entries: int = MAX_TREE_ENTRIES, seconds: float = PREPARE_SECONDS):
+        self.limit, self.left = entries, entries
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+
+    def spend(self, entries: int = 1) -> None:
+        self.left -= entries
+        if self.left < 0:
+            raise SubmissionRefused(f"it holds more than {self.limit} files and folders")
+        if time.monotonic() > self.deadline:
+            raise SubmissionRefused(f"reading it took longer than {self.seconds:g} s")
+
+
+def list_dir(folder: Path, budget: Budget) -> list[os.DirEntry]:
+    """The entries of ``folder`` (sorted by name), each charged to ``budget``; [] if unreadable."""
+    entries = []
+    try:
+        with os.scandir(folder) as it:
+            for entry in it:
+                budget.spend()
+                entries.append(entry)
+    except OSError:
+        return []
+    return sorted(entries, key=lambda e: e.name)
+
+
+def _is_real_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
 
 
 @dataclass
@@ -60,6 +121,7 @@ class Prepared:
     missing: dict[str, str] = field(default_factory=dict)     # exercise slug -> reason (no such file ...)
     refused: str = ""                                         # the whole submission was unreadable
     found: dict[str, str] = field(default_factory=dict)       # exercise slug -> where it was found
+    commit: str = ""                                          # a git checkout's commit, when known
 
 
 def student_name(raw: str) -> str:
@@ -80,8 +142,8 @@ def discover(folder: Path, *, exclude: tuple[Path, ...] = ()) -> tuple[list[Subm
             continue
         if entry.is_dir():
             kind = "git" if (entry / ".git").exists() else "folder"
-        elif entry.is_file() and entry.name.lower().endswith(".zip"):
-            kind = "zip"
+        elif entry.name.lower().endswith(".zip"):
+            kind = "zip"        # even if it is no regular file: then it is refused, with a row
         else:
             notes.append(f"ignored {entry.name}: not a folder or a .zip")
             continue
@@ -99,50 +161,36 @@ def discover(folder: Path, *, exclude: tuple[Path, ...] = ()) -> tuple[list[Subm
 # -- zips -----------------------------------------------------------------------------------------
 
 
-def extract_zip(path: Path, dest: Path) -> list[str]:
-    """Unpack ``path`` into the new folder ``dest``; raise :class:`SubmissionRefused` if unsafe."""
+def extract_zip(path: Path, dest: Path, budget: Budget | None = None,
+                links: list[str] | None = None) -> list[str]:
+    """Unpack ``path`` into the new folder ``dest``; raise :class:`SubmissionRefused` if unsafe.
+
+    ``links`` collects the names of the symbolic links that were skipped."""
+    budget = budget or Budget()
     notes: list[str] = []
     dest.mkdir(parents=True)
     root = dest.resolve()
     try:
-        with zipfile.ZipFile(path) as zf:
+        with _open_zip(path) as zf:
             infos = zf.infolist()
             if len(infos) > MAX_ZIP_MEMBERS:
                 raise SubmissionRefused(f"the zip has {len(infos)} members (at most {MAX_ZIP_MEMBERS})")
             total = 0
             for info in infos:
-                name = info.filename
-                mode = info.external_attr >> 16
-                if info.flag_bits & 0x1:
-                    raise SubmissionRefused(f"the zip member {name!r} is encrypted")
-                if stat.S_ISLNK(mode):
-                    notes.append(f"skipped the symbolic link {name!r} in the zip")
+                budget.spend()
+                if _is_link_member(info):
+                    notes.append(f"skipped the symbolic link {info.filename!r} in the zip")
+                    if links is not None:
+                        links.append(info.filename)
                     continue
-                parts = PurePosixPath(name.replace("\\", "/")).parts
-                if (not parts or name.startswith(("/", "\\")) or ".." in parts or "\0" in name
-                        or re.match(r"^[A-Za-z]:", name)):
-                    raise SubmissionRefused(f"the zip member {name!r} would be written outside its folder")
-                if any(p in SKIP_DIRS for p in parts):
+                target = _member_target(info, root)
+                if target is None:
                     continue
-                target = root.joinpath(*parts)
-                if not target.resolve().is_relative_to(root):
-                    raise SubmissionRefused(f"the zip member {name!r} would be written outside its folder")
                 if info.is_dir():
                     target.mkdir(parents=True, exist_ok=True)
                     continue
                 target.parent.mkdir(parents=True, exist_ok=True)
-                written = 0
-                with zf.open(info) as src, open(target, "xb") as out:
-                    while chunk := src.read(1 << 16):
-                        written += len(chunk)
-                        total += len(chunk)
-                        if written > MAX_ZIP_MEMBER_BYTES:
-                            raise SubmissionRefused(f"the zip member {name!r} unpacks to more than "
-                                                    f"{MAX_ZIP_MEMBER_BYTES >> 20} MiB")
-                        if total > MAX_ZIP_BYTES:
-                            raise SubmissionRefused(f"the zip unpacks to more than {MAX_ZIP_BYTES >> 20} MiB")
-                        out.write(chunk)
-                os.chmod(target, 0o644)
+                total += _unpack_member(zf, info, target, total, budget)
     except SubmissionRefused:
         raise
     except FileExistsError as exc:
@@ -152,35 +200,100 @@ def extract_zip(path: Path, dest: Path) -> list[str]:
     return notes
 
 
+def _open_zip(path: Path) -> zipfile.ZipFile:
+    """The zip at ``path`` (links in SUBMISSIONS itself are the instructor's and followed), if it is
+    a regular file of at most :data:`MAX_ZIP_FILE_BYTES` whose member list is small enough."""
+    try:
+        fd = open_regular(Path(os.path.realpath(path)), MAX_ZIP_FILE_BYTES, name=path.name)
+    except NotReadable as exc:
+        raise SubmissionRefused(str(exc)) from None
+    f = os.fdopen(fd, "rb")
+    try:
+        _check_directory_size(f)
+        return zipfile.ZipFile(f)
+    except BaseException:
+        f.close()
+        raise
+
+
+def _check_directory_size(f) -> None:
+    """Refuse a zip whose member list is too large to parse (zipfile reads all of it at once)."""
+    end = zipfile._EndRecData(f)   # noqa: SLF001  the end record: where and how large the list is
+    if end is None:
+        raise zipfile.BadZipFile("File is not a zip file")
+    size = end[zipfile._ECD_SIZE]   # noqa: SLF001
+    if size > MAX_ZIP_DIRECTORY_BYTES:
+        raise SubmissionRefused(f"the zip's list of members is {size >> 20} MiB "
+                                f"(at most {MAX_ZIP_DIRECTORY_BYTES >> 20} MiB)")
+    f.seek(0)
+
+
+def _is_link_member(info: zipfile.ZipInfo) -> bool:
+    return stat.S_ISLNK(info.external_attr >> 16)
+
+
+def _member_target(info: zipfile.ZipInfo, root: Path) -> Path | None:
+    """Where a member is unpacked (None: skipped), or :class:`SubmissionRefused` if it is unsafe."""
+    name = info.filename
+    if info.flag_bits & 0x1:
+        raise SubmissionRefused(f"the zip member {name!r} is encrypted")
+    parts = PurePosixPath(name.replace("\\", "/")).parts
+    if (not parts or name.startswith(("/", "\\")) or ".." in parts or "\0" in name
+            or re.match(r"^[A-Za-z]:", name)):
+        raise SubmissionRefused(f"the zip member {name!r} would be written outside its folder")
+    if len(parts) > MAX_ZIP_DEPTH:
+        raise SubmissionRefused(f"the zip member {name[:80]!r}... is more than {MAX_ZIP_DEPTH} folders deep")
+    if any(p in SKIP_DIRS for p in parts):
+        return None
+    target = root.joinpath(*parts)
+    if not target.resolve().is_relative_to(root):
+        raise SubmissionRefused(f"the zip member {name!r} would be written outside its folder")
+    return target
+
+
+def _unpack_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path, total: int, budget: Budget) -> int:
+    """Write one member as a new regular file, counting what it really unpacks to; its size."""
+    written = 0
+    with zf.open(info) as src, open(target, "xb") as out:
+        while chunk := src.read(1 << 16):
+            written += len(chunk)
+            if written > MAX_ZIP_MEMBER_BYTES:
+                raise SubmissionRefused(f"the zip member {info.filename!r} unpacks to more than "
+                                        f"{MAX_ZIP_MEMBER_BYTES >> 20} MiB")
+            if total + written > MAX_ZIP_BYTES:
+                raise SubmissionRefused(f"the zip unpacks to more than {MAX_ZIP_BYTES >> 20} MiB")
+            budget.spend(0)     # the time limit
+            out.write(chunk)
+    os.chmod(target, 0o644)
+    return written
+
+
 # -- finding the learner's files -------------------------------------------------------------------
 
 
-def unwrap(root: Path, catalog: Catalog) -> Path:
+def unwrap(root: Path, catalog: Catalog, budget: Budget | None = None) -> Path:
     """Descend through folders that only wrap the submission (one visible sub-folder, no files)."""
+    budget = budget or Budget()
     for _ in range(3):
         if (root / MARKER).is_file() or any((root / ex.dir).is_dir() for ex in catalog.exercises):
             return root
-        visible = [p for p in root.iterdir() if not p.name.startswith(".") and p.name not in SKIP_DIRS]
-        dirs = [p for p in visible if p.is_dir() and not p.is_symlink()]
+        visible = [e for e in list_dir(root, budget) if not e.name.startswith(".") and e.name not in SKIP_DIRS]
+        dirs = [e for e in visible if _is_real_dir(e)]
         if len(visible) != 1 or len(dirs) != 1:
             return root
-        root = dirs[0]
+        root = Path(dirs[0].path)
     return root
 
 
-def locate(root: Path, ex: Exercise) -> tuple[Path | None, str]:
+def locate(root: Path, ex: Exercise, budget: Budget | None = None) -> tuple[Path | None, str]:
     """The learner's file for ``ex`` under ``root``, or None and why not."""
+    budget = budget or Budget()
     for candidate in (root / ex.dir / ex.file, root / ex.file):
-        if candidate.is_symlink() or (candidate.parent != root and candidate.parent.is_symlink()):
-            return None, f"{candidate.relative_to(root)} is a symbolic link: only regular files are graded"
-        if candidate.is_file():
+        if candidate.parent != root and candidate.parent.is_symlink():
+            return None, f"{ex.dir} is a symbolic link: only regular files are graded"
+        if os.path.lexists(candidate):
             return _checked(candidate, root)
-    found: list[Path] = []
-    for folder, dirs, files in os.walk(root):
-        depth = len(Path(folder).relative_to(root).parts)
-        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS and depth < SEARCH_DEPTH]
-        if ex.file in files:
-            found.append(Path(folder) / ex.file)
+    found = _search(root, ex.file, budget)
     if len(found) > 1:
         preferred = [p for p in found if p.parent.name == ex.dir]
         found = preferred if len(preferred) == 1 else found
@@ -189,20 +302,40 @@ def locate(root: Path, ex: Exercise) -> tuple[Path | None, str]:
     if len(found) > 1:
         listed = ", ".join(str(p.relative_to(root)) for p in found[:4])
         return None, f"several files could be {ex.path}: {listed}"
-    if found[0].is_symlink():
-        return None, f"{found[0].relative_to(root)} is a symbolic link: only regular files are graded"
     return _checked(found[0], root)
 
 
+def _search(root: Path, file_name: str, budget: Budget) -> list[Path]:
+    """Every entry called ``file_name`` below ``root``, at most SEARCH_DEPTH folders down, through
+    real folders only (never a link), skipping hidden and tool folders."""
+    found: list[Path] = []
+    frontier = [(root, 0)]
+    while frontier:
+        folder, depth = frontier.pop(0)
+        for entry in list_dir(folder, budget):
+            if entry.name == file_name and not _is_real_dir(entry):
+                found.append(Path(entry.path))
+            elif (_is_real_dir(entry) and depth < SEARCH_DEPTH and not entry.name.startswith(".")
+                  and entry.name not in SKIP_DIRS):
+                frontier.append((Path(entry.path), depth + 1))
+    return sorted(found)
+
+
 def _checked(path: Path, root: Path) -> tuple[Path | None, str]:
-    size = path.lstat().st_size
-    if size > MAX_SOURCE_BYTES:
-        return None, f"{path.relative_to(root)} is {size >> 10} KiB (at most {MAX_SOURCE_BYTES >> 10} KiB)"
+    """``path`` if it is a regular file within the caps and inside ``root``, else None and why."""
+    rel = path.relative_to(root)
+    try:
+        check_regular(path, MAX_SOURCE_BYTES, name=str(rel), within=root)
+    except NotReadable as exc:
+        return None, str(exc)
     return path, ""
 
 
 def prepare(sub: Submission, exercises: list[Exercise], catalog: Catalog, scratch: Path) -> Prepared:
-    """Unpack ``sub`` if needed and build its throwaway workspace under ``scratch``."""
+    """Unpack ``sub`` if needed and build its throwaway workspace under ``scratch``.
+
+    Never raises for anything in the submission: what breaks a rule is ``refused`` (the whole
+    submission) or ``missing`` (one exercise), with the reason."""
     ws = scratch / "ws" / sub.student
     if ws.exists():
         shutil.rmtree(ws)
@@ -211,68 +344,127 @@ def prepare(sub: Submission, exercises: list[Exercise], catalog: Catalog, scratc
     (ws / MARKER).write_text(f'# throwaway workspace made by `lumen-ex grade` for {sub.student}\n'
                              f'catalog_version = "{catalog.version}"\n')
     prepared = Prepared(ws)
+    try:
+        _fill(prepared, sub, exercises, catalog, scratch, Budget())
+    except SubmissionRefused as exc:
+        prepared.refused = f"the submission {sub.source.name} was refused: {exc}"
+        prepared.found.clear()
+        prepared.missing.clear()
+    return prepared
+
+
+def _fill(prepared: Prepared, sub: Submission, exercises: list[Exercise], catalog: Catalog, scratch: Path,
+          budget: Budget) -> None:
+    """Copy each exercise's files of ``sub`` into the prepared workspace (see :func:`prepare`)."""
     root = sub.source
+    links: list[str] = []
+    if sub.kind == "git":
+        prepared.commit = read_git_commit(sub.source)
     if sub.kind == "zip":
         unpacked = scratch / "unzipped" / sub.student
         if unpacked.exists():
             shutil.rmtree(unpacked)
-        try:
-            extract_zip(sub.source, unpacked)
-        except SubmissionRefused as exc:
-            prepared.refused = f"the submission {sub.source.name} was refused: {exc}"
-            return prepared
+        extract_zip(sub.source, unpacked, budget, links)
         root = unpacked
-    root = unwrap(root, catalog)
+    root = Path(os.path.realpath(root))      # SUBMISSIONS' own links are the instructor's
+    root = unwrap(root, catalog, budget)
     for ex in exercises:
-        path, why = locate(root, ex)
+        path, why = locate(root, ex, budget)
         if path is None:
-            prepared.missing[ex.slug] = why
+            prepared.missing[ex.slug] = _link_reason(ex, links) or why
+            continue
+        try:
+            _copy_exercise(path, root, ex, prepared.workspace, budget)
+        except NotReadable as exc:
+            prepared.missing[ex.slug] = str(exc)
             continue
         prepared.found[ex.slug] = str(path.relative_to(root))
-        target_dir = ws / ex.dir
-        target_dir.mkdir(exist_ok=True)
-        target_dir.chmod(0o755)
-        copied = 0
-        for sibling in sorted(path.parent.iterdir()):
-            if copied >= MAX_SOURCE_FILES:
-                break
-            if (sibling == path or sibling.suffix != ".py" or sibling.is_symlink() or not sibling.is_file()
-                    or sibling.name == ex.file or sibling.lstat().st_size > MAX_SOURCE_BYTES):
-                continue
-            _copy(sibling, target_dir / sibling.name)
-            copied += 1
-        _copy(path, target_dir / ex.file)
-    return prepared
 
 
-def _copy(src: Path, dst: Path) -> None:
-    with open(src, "rb") as f, open(dst, "wb") as out:   # contents only: no modes, owners or links
-        out.write(f.read(MAX_SOURCE_BYTES + 1)[:MAX_SOURCE_BYTES])
+def _link_reason(ex: Exercise, links: list[str]) -> str:
+    """The reason for a missing exercise file that was a symbolic link in the zip (else '')."""
+    for name in links:
+        if PurePosixPath(name.replace("\\", "/")).name == ex.file:
+            return f"{name} is a symbolic link in the zip: only regular files are graded"
+    return ""
+
+
+def _copy_exercise(path: Path, root: Path, ex: Exercise, ws: Path, budget: Budget) -> None:
+    """The learner's file and the regular ``.py`` files beside it, into the throwaway workspace."""
+    target_dir = ws / ex.dir
+    target_dir.mkdir(exist_ok=True)
+    target_dir.chmod(0o755)
+    _copy(path, target_dir / ex.file, root, name=str(path.relative_to(root)))
+    copied = 0
+    for sibling in list_dir(path.parent, budget):
+        if copied >= MAX_SOURCE_FILES:
+            break
+        if not sibling.name.endswith(".py") or sibling.name == ex.file or not sibling.is_file(follow_symlinks=False):
+            continue
+        try:
+            _copy(Path(sibling.path), target_dir / sibling.name, root)
+        except NotReadable:
+            continue        # a helper that breaks the rules is left out; the learner's import says so
+        copied += 1
+
+
+def _copy(src: Path, dst: Path, root: Path, name: str | None = None) -> None:
+    """Contents only (no modes, owners or links), through the bounded reader."""
+    data = read_regular(src, MAX_SOURCE_BYTES, name=name, within=root)
+    with open(dst, "wb") as out:
+        out.write(data)
     os.chmod(dst, 0o644)
 
 
+# -- git ---------------------------------------------------------------------------------------------
+
+_SHA = re.compile(r"[0-9a-f]{40,64}")
+_REF = re.compile(r"refs/[A-Za-z0-9._/-]{1,200}")
+
+
 def git_commit(folder: Path) -> str:
-    """The commit a git checkout is at (read from .git, no git needed); empty when unknown."""
+    """The commit a git checkout is at (read from .git, no git needed); empty when unknown or unsafe."""
+    try:
+        return read_git_commit(folder)
+    except SubmissionRefused:
+        return ""
+
+
+def read_git_commit(folder: Path) -> str:
+    """The commit of the checkout ``folder`` ('' when unknown); :class:`SubmissionRefused` when its
+    ``.git`` metadata is not made of small regular files (``HEAD`` linked to ``/dev/zero`` ...)."""
     git = folder / ".git"
     try:
-        if not git.is_dir():
-            return ""
-        head = (git / "HEAD").read_text()[:200].strip()
-        if not head.startswith("ref: "):
-            return head if re.fullmatch(r"[0-9a-f]{40,64}", head) else ""
-        ref = head[5:].strip()
-        if ".." in ref:
-            return ""
-        ref_file = git / ref
-        if ref_file.is_file():
-            sha = ref_file.read_text()[:100].strip()
-            return sha if re.fullmatch(r"[0-9a-f]{40,64}", sha) else ""
-        packed = git / "packed-refs"
-        if packed.is_file():
-            for line in packed.read_text()[:1 << 20].splitlines():
-                sha, _, name = line.partition(" ")
-                if name == ref and re.fullmatch(r"[0-9a-f]{40,64}", sha):
-                    return sha
+        if not stat.S_ISDIR(os.lstat(git).st_mode):
+            return ""           # a .git file (a worktree) or a link: nothing of it is read
     except OSError:
-        pass
+        return ""
+    head = _git_file(git, "HEAD", MAX_GIT_FILE_BYTES)
+    if not head.startswith("ref: "):
+        return head if _SHA.fullmatch(head) else ""
+    ref = head[5:].strip()
+    if not _REF.fullmatch(ref) or ".." in ref.split("/"):
+        return ""
+    sha = _git_file(git, ref, MAX_GIT_FILE_BYTES)
+    if sha:
+        return sha if _SHA.fullmatch(sha) else ""
+    for line in _git_file(git, "packed-refs", MAX_PACKED_REFS_BYTES, large_ok=True).splitlines():
+        sha, _, name = line.partition(" ")
+        if name == ref and _SHA.fullmatch(sha):
+            return sha
     return ""
+
+
+def _git_file(git: Path, rel: str, cap: int, large_ok: bool = False) -> str:
+    """One file of ``.git``, stripped ('' when absent, or too large and ``large_ok``)."""
+    path = git / rel
+    if not os.path.lexists(path):
+        return ""
+    try:
+        return read_regular(path, cap, name=f".git/{rel}", within=git).decode(errors="replace").strip()
+    except TooLarge as exc:
+        if large_ok:
+            return ""
+        raise SubmissionRefused(str(exc)) from None
+    except NotReadable as exc:
+        raise SubmissionRefused(str(exc)) from None

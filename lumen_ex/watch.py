@@ -25,6 +25,10 @@ polling (mtime, size and inode every 0.1 s, and the content's hash now and then)
 unavailable or ``--poll`` asks for it (lumen_ex/file_events.py). Bursts of events are debounced, and a save that leaves the
 content as it was checked last time does not re-check.
 
+The harness here is the ``lumen-ex`` process itself, which never imports from the current folder
+or a ``PYTHONPATH`` (lumen_ex/trusted.py); the only processes it starts are the sandboxed workers,
+``python -I`` in a fixed folder with a clean environment (sandbox/base.py).
+
 Docker is not supported here (each docker check is a container run of its own; there is nothing to
 keep warm from this side): ``--sandbox docker`` is refused with that explanation, and ``auto`` means
 bwrap, else the labelled unisolated mode.

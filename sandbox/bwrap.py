@@ -16,6 +16,7 @@ import glob
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from .base import WORKER_ENV, WORKER_FILES, Availability, Command, Launcher, WorkerSpec, harness_dir, python_runtime, worker_argv
@@ -37,6 +38,16 @@ class BwrapLauncher(Launcher):
 
     def command(self, spec: WorkerSpec, fds: tuple[int, int]) -> Command:
         runtime = python_runtime()
+        binds = _Binds(staged=os.geteuid() == 0)
+        try:
+            args = self._bwrap_args(spec, fds, runtime, binds)
+        except BaseException:
+            binds.cleanup()
+            raise
+        module_path = "/workspace/" + str(spec.module_dir.resolve().relative_to(spec.workspace.resolve()))
+        return Command(binds.wrap(args), module_path.rstrip("/."), cleanup=binds.cleanup)
+
+    def _bwrap_args(self, spec: WorkerSpec, fds: tuple[int, int], runtime, binds: _Binds) -> list[str]:
         args = [
             "bwrap",
             "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
@@ -53,11 +64,14 @@ class BwrapLauncher(Launcher):
                 args += ["--ro-bind", top, top]
         args += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
         args += ["--proc", "/proc", "--dev", "/dev"]
+        # Kernel settings are read-only even where the worker's uid could write them (second line:
+        # the worker is never host root, see _Binds).
+        args += ["--ro-bind", "/proc/sys", "/proc/sys"]
         # /tmp before the runtime: a tmpfs mounted later would hide a runtime that lives under /tmp.
         args += ["--size", str(spec.limits.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
         for d in runtime.mounts:
             if not Path(d).is_relative_to("/usr"):
-                args += ["--ro-bind", str(d), str(d)]
+                args += ["--ro-bind", binds.source(d), str(d)]
         for hidden in _grader_dirs(runtime.mounts):
             args += ["--tmpfs", hidden]
         for hook in _editable_hooks(runtime.mounts):
@@ -66,12 +80,67 @@ class BwrapLauncher(Launcher):
             args += _cuda_args()
         here = harness_dir()
         for name in WORKER_FILES:
-            args += ["--ro-bind", str(here / name), f"/lumen/{name}"]
-        args += ["--ro-bind", str(spec.workspace.resolve()), "/workspace"]
+            args += ["--ro-bind", binds.source(here / name), f"/lumen/{name}"]
+        args += ["--ro-bind", binds.source(spec.workspace.resolve()), "/workspace"]
         args += ["--remount-ro", "/", "--chdir", "/tmp", "--"]   # else bwrap's root tmpfs (/, /etc, ...) is writable
-        module_path = "/workspace/" + str(spec.module_dir.resolve().relative_to(spec.workspace.resolve()))
         args += worker_argv(runtime.python, "/lumen", fds, list(runtime.extra_sites))
-        return Command(args, module_path.rstrip("/."))
+        return args
+
+
+class _Binds:
+    """Start bwrap as an unprivileged host user when we are root, with its mounts staged.
+
+    bwrap started by root maps the sandbox's uid to host uid 0 (its user namespace maps the
+    sandbox uid onto the uid that started it), so root-owned files that are owner-writable, such
+    as kernel settings under /proc/sys, would stay writable from learner code. So as root we start
+    bwrap as ``SANDBOX_UID`` (nobody): its sandbox uid is then host uid 65534 too. That user may
+    not be able to reach the folders bwrap must mount (a runtime under /root, a workspace under a
+    0700 folder), so each source is first bind-mounted, as root, onto an empty folder of a private
+    stage (made with mkdtemp, 0755) inside a mount namespace of the launch alone (``unshare
+    --mount``): the host never sees those mounts, and they vanish with the worker. Then ``setpriv``
+    drops to the unprivileged uid (no groups, no capabilities) and execs bwrap, in the same process.
+
+    Workers of different students share that uid, but each has its own pid, IPC, network and mount
+    namespaces and a private /tmp, so none can see, signal or reach another's processes or files.
+    """
+
+    MOUNT_SCRIPT = 'while [ "$1" != "--" ]; do mount --bind "$1" "$2"; shift 2; done; shift; exec "$@"'
+
+    def __init__(self, staged: bool):
+        self.staged = staged
+        self.pairs: list[tuple[str, str]] = []
+        self.stage = tempfile.mkdtemp(prefix="lumen-ex-stage-") if staged else ""
+        if staged:
+            os.chmod(self.stage, 0o755)
+
+    def source(self, path) -> str:
+        """The path bwrap binds for ``path``: itself, or its staged copy (a bind mount) as root."""
+        path = str(path)
+        if not self.staged:
+            return path
+        target = os.path.join(self.stage, str(len(self.pairs)))
+        if os.path.isdir(path):
+            os.mkdir(target, 0o755)
+        else:
+            with open(target, "x"):
+                pass
+        self.pairs.append((path, target))
+        return target
+
+    def wrap(self, bwrap_args: list[str]) -> list[str]:
+        if not self.staged:
+            return bwrap_args
+        mounts = [p for pair in self.pairs for p in pair]
+        return ["unshare", "--mount", "--propagation", "private", "--",
+                "sh", "-ec", self.MOUNT_SCRIPT, "sh", *mounts, "--",
+                "setpriv", "--reuid", str(SANDBOX_UID), "--regid", str(SANDBOX_UID), "--clear-groups",
+                "--inh-caps=-all", "--", *bwrap_args]
+
+    def cleanup(self) -> None:
+        """Remove the (empty, on the host) stage; idempotent."""
+        if self.stage:
+            shutil.rmtree(self.stage, ignore_errors=True)
+            self.stage = ""
 
 
 def _grader_dirs(mounts) -> list[str]:
@@ -121,12 +190,19 @@ def _cuda_args() -> list[str]:
 def _probe() -> Availability:
     if shutil.which("bwrap") is None:
         return Availability(False, "bubblewrap (bwrap) is not installed", INSTALL)
+    if os.geteuid() == 0 and not all(shutil.which(t) for t in ("unshare", "setpriv", "mount")):
+        return Availability(False, "as root, the bwrap sandbox needs unshare, setpriv and mount (util-linux)",
+                            "sudo apt-get install -y util-linux mount")
     try:
-        subprocess.run(
-            ["bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--cap-drop", "ALL",
-             "--ro-bind", "/", "/", "--", "true"],
-            check=True, capture_output=True, timeout=20,
-        )
+        binds = _Binds(staged=os.geteuid() == 0)   # the same way real workers start
+        try:
+            subprocess.run(
+                binds.wrap(["bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID),
+                            "--disable-userns", "--cap-drop", "ALL", "--ro-bind", "/", "/", "--", "true"]),
+                check=True, capture_output=True, timeout=20,
+            )
+        finally:
+            binds.cleanup()
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
         detail = getattr(exc, "stderr", b"") or b""
         reason = detail.decode(errors="replace").strip().splitlines()[-1:] or [str(exc)]

@@ -28,7 +28,7 @@ TOP_KEYS = {"schema_version", "exercise", "status", "score", "max_score", "durat
             "sandbox", "device", "seed", "versions", "tests"}
 TEST_KEYS = {"id", "name", "group", "status", "score", "max_score", "message", "diagnosis", "output", "duration"}
 DIAGNOSIS_KEYS = {"kind", "summary", "expected", "got", "details", "misconception", "hint"}
-OPTIONAL_TOP_KEYS = {"misconceptions"}
+OPTIONAL_TOP_KEYS = {"misconceptions", "source"}
 MISCONCEPTION_KEYS = {"id", "sentence", "matched", "of", "max_error"}
 MISCONCEPTION_OPTIONAL_KEYS = {"max_error_float64"}
 
@@ -112,7 +112,19 @@ def validate(data: Any, *, exercise: dict, seed: int) -> None:
     for i, test in enumerate(tests):
         _test(test, f"tests[{i}]")
     _misconceptions(obj.get("misconceptions", []))
+    if "source" in obj:
+        _source(obj["source"])
     _consistent(obj)
+
+
+def _source(source: Any) -> None:
+    """The optional record of the bytes graded (lumen_ex/snapshot.py)."""
+    s = _object(source, "source", {"file", "sha256", "bytes"}, {"file", "sha256", "bytes"})
+    _text(s["file"], "source.file")
+    if not isinstance(s["sha256"], str) or len(s["sha256"]) != 64 or s["sha256"].strip("0123456789abcdef"):
+        raise DocumentError("source.sha256 must be 64 hex digits")
+    if not _is_int(s["bytes"]) or s["bytes"] < 0:
+        raise DocumentError("source.bytes must be a whole number")
 
 
 def _misconceptions(entries: Any) -> None:

@@ -26,6 +26,9 @@ GRADIENT_SIZES = {"B": 2, "H": 3, "L_q": 4, "L_k": 5, "d_k": 7, "d_v": 6}
 # overflows in float32. The float32 arithmetic on scores that large is good to about 1e-4.
 LARGE_SCALE = 8.0
 LARGE_TOL = Tolerance(1e-3, 1e-3)
+# The future key planted in the leakage test: a masked score of 300, far above the allowed ones
+# (unit-variance): every allowed weight of a softmax taken over all keys underflows to 0 in float32.
+LEAK_SCORE = 300.0
 # For the dtype tests: float16 and bfloat16 are matched at 1e-2 and 2e-2, so the known mistakes must be
 # far apart. With d_k = 16 and d_v = 4 the scales 1/sqrt(d_k) = 1/4 and 1/sqrt(d_v) = 1/2 are a factor
 # 2 apart (with the default d_k = 8, d_v = 6 only 1.15) and every mistake is at least ~12 bfloat16
@@ -178,7 +181,7 @@ def test_mask(submission, seed, device, kind):
 @pytest.mark.group("masks")
 def test_masked_weights_are_zero(submission, seed, device):
     """masked keys get exactly zero weight"""
-    case = inputs.attention_case(seed, mask="full")
+    case = inputs.masked_scores_case(seed)   # scores near -24: the answer cannot depend on the seed
     _, (_, weights) = attend(submission, case, device=device)
     expect.shape(weights, case.mask.shape, what="weights", axes=case.axes("L_q", "L_k"), sizes=case.sizes)
     leaked = weights.to(torch.float64).masked_fill(case.mask, 0).abs()
@@ -230,6 +233,9 @@ def test_causal_attention_no_future_leakage(submission, seed, device):
         probe = inputs.AttentionCase(case.q, case.k.clone(), case.v.clone(), case.mask, case.sizes, case.batch_axes)
         probe.k[:, t + 1:] = inputs.randn(gen, *probe.k[:, t + 1:].shape) * 100
         probe.v[:, t + 1:] = inputs.randn(gen, *probe.v[:, t + 1:].shape) * 100
+        # The first future key aligned with query t at a score of LEAK_SCORE, whatever the seed: a
+        # softmax that sees it (a zeroed-then-renormalised one turns the row into 0/0) leaks.
+        probe.k[:, t + 1] = inputs.aligned_key(case.q[:, t], LEAK_SCORE)   # (B, d_k)
         _, (out, probe_w) = attend(submission, probe, device=device)
         # The same call shape as the first one: a submission must not be able to make our own
         # arithmetic below fail (that would be reported as a grader error).
@@ -250,7 +256,9 @@ def test_causal_attention_no_future_leakage(submission, seed, device):
 @pytest.mark.group("values")
 def test_large_scores(submission, seed, device):
     """large scores (about 100) do not overflow the softmax"""
-    case = inputs.attention_case(seed, mask="full", scale=LARGE_SCALE).rounded(torch.float32)
+    # Every row's largest allowed score is planted at 120 (inputs.large_scores_case): the verdict of
+    # an overflowing exp or of a "small enough" fill value cannot depend on the seed.
+    case = inputs.large_scores_case(seed, scale=LARGE_SCALE).rounded(torch.float32)
     # Scores this large saturate the softmax: every mistake but the overflow gives nearly the same
     # one-hot weights here, so only the overflow is named (the other tests name the rest).
     overflow = lambda which: [v for v in output_variants(case.q, case.k, case.v, case.mask, which=which,  # noqa: E731
@@ -270,7 +278,10 @@ def test_large_scores(submission, seed, device):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16], ids=["float64", "float16", "bfloat16"])
 def test_dtype(submission, seed, device, dtype):
     """keeps the inputs' dtype"""
-    check_attention(submission, inputs.attention_case(seed, mask="full", **DTYPE_SIZES), dtype=dtype, device=device)
+    # Bounded inputs, and the reference computed from them as rounded to ``dtype``: what is left is
+    # the learner's arithmetic, well inside the tolerance at every seed (docs/tolerances.md).
+    case = inputs.attention_case(seed, mask="full", bound=inputs.DTYPE_BOUND, **DTYPE_SIZES).rounded(dtype)
+    check_attention(submission, case, dtype=dtype, device=device)
 
 
 @pytest.mark.group("properties")

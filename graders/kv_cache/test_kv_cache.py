@@ -20,6 +20,7 @@ import torch
 
 from lumen_ex.graders.support import expect, inputs
 from lumen_ex.graders.support.expect import Expected, fail
+from lumen_ex.harness.client import LearnerError, WorkerFailure
 from lumen_ex.harness.proxy import meta
 from lumen_ex.reference import kv_cache as ref
 from lumen_ex.results import CheckFailed
@@ -49,6 +50,14 @@ DTYPE_SIZES = {"T": 4, "d_head": 12, "d_model": 29}
 COST_SIZES = {"B": 1, "n_heads": 4, "n_kv_heads": 2, "d_head": 3, "d_model": 5}
 COST_T = 128
 MAX_GROWTH = 5.0
+# The work counter runs in the learner's process (harness/worker.py), which can patch it: it is a
+# hint that can only fail a step. The proof is the grader's own clock: one step at a long cache,
+# timed from outside the worker. A linear step takes milliseconds there, even on a loaded machine;
+# an O(T^2) one cannot allocate its T x T scores (B * H * T^2 floats: 17 GB) or finish its T^2 / 2
+# prefix products (3e10 multiply-adds) within LONG_SECONDS, half the exercise's call limit.
+LONG_T = 16384
+LONG_SIZES = {"B": 2, "n_heads": 8, "n_kv_heads": 2, "d_head": 16, "d_model": 24}
+LONG_SECONDS = 5.0
 
 
 def _cat_axis(exc) -> bool:
@@ -339,7 +348,10 @@ def test_decode_matches_full_attention(submission, seed, device):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16], ids=["float64", "float16", "bfloat16"])
 def test_dtype(submission, seed, device, dtype):
     """keeps the inputs' dtype"""
-    check_step(submission, inputs.decode_case(seed, **DTYPE_SIZES), dtype=dtype, device=device)
+    # Bounded inputs, and the reference computed from them as rounded to ``dtype``: what is left is
+    # the learner's arithmetic, well inside the tolerance at every seed (docs/tolerances.md).
+    case = inputs.decode_case(seed, bound=inputs.DTYPE_BOUND, **DTYPE_SIZES).rounded(dtype)
+    check_step(submission, case, dtype=dtype, device=device)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -379,6 +391,32 @@ def test_cost_linear_in_t(submission, seed, device):
                    "O(T^2) per step", expected=f"at most {MAX_GROWTH}x (linear in T)", got=round(growth, 2),
                    details={"T": [COST_T, 4 * COST_T], "total_elements": totals}, hint=hint,
                    misconception="quadratic-cost")
+    long_step(submission, seed, device, hint)
+
+
+def long_step(submission, seed, device, hint: str) -> None:
+    """The proof of the cost test, from the trusted side: one step at T = LONG_T, its values checked,
+    within LONG_SECONDS on the grader's clock. A step too slow, or one that runs out of memory, fails."""
+    case = inputs.decode_case(seed, T=LONG_T, **LONG_SIZES)
+    where = f"at T = {LONG_T} (timed by the grader, outside your code)"
+    details = {"T": LONG_T, "seconds": LONG_SECONDS}
+    try:
+        check_step(submission, case, device=device, timeout=LONG_SECONDS)
+    except WorkerFailure as exc:
+        if exc.kind == "protocol":
+            raise
+        what = (f"one step did not finish within {LONG_SECONDS:g} s" if exc.kind == "timeout"
+                else "one step made the worker die (killed for using too much memory?)")
+        raise fail("property", f"{where} {what}: a linear step takes milliseconds there, so yours grows "
+                   "like T^2", expected=f"under {LONG_SECONDS:g} s", got=exc.kind, details=details, hint=hint,
+                   misconception="quadratic-cost") from None
+    except LearnerError as exc:
+        text = f"{exc.type}: {exc.message}"
+        if exc.type == "MemoryError" or re.search(r"allocate|out of memory", text, re.IGNORECASE):
+            raise fail("property", f"{where} your step ran out of memory ({text[:160]}): it builds an "
+                       "intermediate of O(T^2) elements", details=details, hint=hint,
+                       misconception="quadratic-cost") from None
+        raise
 
 
 # -------------------------------------------------------------------------------------------------

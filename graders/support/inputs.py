@@ -41,6 +41,15 @@ def random_mask(gen: torch.Generator, *shape: int, p: float = 0.6) -> torch.Tens
     return flat.reshape(shape)
 
 
+# The dtype tests clamp their unit-variance inputs to +-2: float16 and bfloat16 rounding then stays
+# below ~0.5 of their tolerance at every seed (it reached 0.92 on randn tails; docs/tolerances.md).
+DTYPE_BOUND = 2.0
+
+
+def _bounded(x: torch.Tensor, bound: float | None) -> torch.Tensor:
+    return x if bound is None else x.clamp(-bound, bound)
+
+
 @dataclass
 class AttentionCase:
     """q, k, v (and an optional mask) for exercise 1, with the size of every named axis."""
@@ -69,15 +78,17 @@ DEFAULT_SIZES = {"B": 2, "H": 3, "L_q": 5, "L_k": 7, "d_k": 8, "d_v": 6}
 
 
 def attention_case(seed: int, *, batch_axes=("B", "H"), mask: str | None = None, scale: float = 1.0,
-                   **sizes: int) -> AttentionCase:
+                   bound: float | None = None, **sizes: int) -> AttentionCase:
     """Inputs for exercise 1. ``mask``: None, "full" (one mask per batch item and head),
-    "broadcast" (one (L_q, L_k) mask for all) or "heads" ((B, 1, L_q, L_k))."""
+    "broadcast" (one (L_q, L_k) mask for all) or "heads" ((B, 1, L_q, L_k)). ``bound``: clamp q,
+    k, v to [-bound, bound] (before ``scale``), so that no seed draws a tail value whose rounding in
+    a low precision dominates (the dtype tests: DTYPE_BOUND)."""
     s = {**DEFAULT_SIZES, **sizes}
     gen = generator(seed)
     batch = [s[a] for a in batch_axes]
-    q = randn(gen, *batch, s["L_q"], s["d_k"]) * scale
-    k = randn(gen, *batch, s["L_k"], s["d_k"]) * scale
-    v = randn(gen, *batch, s["L_k"], s["d_v"])
+    q = _bounded(randn(gen, *batch, s["L_q"], s["d_k"]), bound) * scale
+    k = _bounded(randn(gen, *batch, s["L_k"], s["d_k"]), bound) * scale
+    v = _bounded(randn(gen, *batch, s["L_k"], s["d_v"]), bound)
     m = None
     if mask == "full":
         m = random_mask(gen, *batch, s["L_q"], s["L_k"])
@@ -87,6 +98,64 @@ def attention_case(seed: int, *, batch_axes=("B", "H"), mask: str | None = None,
         m = random_mask(gen, *batch[:1], *([1] * (len(batch) - 1)), s["L_q"], s["L_k"])
     used = {a: s[a] for a in (*batch_axes, "L_q", "L_k", "d_k", "d_v")}
     return AttentionCase(q, k, v, m, used, tuple(batch_axes))
+
+
+# Scores of masked_scores_case: every one in [-24 - 2.47, -24 + 2.47] (d_k = 8).
+SCORE_OFFSET = 24.0
+
+
+def masked_scores_case(seed: int, *, offset: float = SCORE_OFFSET, **sizes: int) -> AttentionCase:
+    """Inputs (B, H, L_q, L_k, with a full random mask) on which "masked keys get exactly zero
+    weight" has one answer for a given fill value, whatever the seed.
+
+    Every scaled score q.k / sqrt(d_k) lies in [-offset - r, -offset + r], r = (d_k - 1) / sqrt(d_k)
+    (2.47 for d_k = 8): axis 0 of every query is +c and of every key -c, c = sqrt(offset sqrt(d_k)),
+    which adds exactly -offset to every score, and the other axes are uniform in [-1, 1], which
+    adds at most r either way. A masked key's weight is exp(fill - max allowed score) / (row sum in
+    [1, L_k]): with fill -inf (or finfo.min, -1e4, -1e9) exactly 0; with a "small enough" fill such
+    as -100 at least exp(-100 + 21.5) / 7 = 1e-35, a normal float32 (> 1.2e-38) at every seed. With
+    unit-variance scores instead, whether exp(-100 - max) underflowed to 0 depended on the seed.
+    """
+    s = {**DEFAULT_SIZES, **sizes}
+    gen = generator(seed)
+    batch = [s["B"], s["H"]]
+    c = (offset * s["d_k"] ** 0.5) ** 0.5
+    q = torch.rand(*batch, s["L_q"], s["d_k"], generator=gen, dtype=torch.float64) * 2 - 1   # (B, H, L_q, d_k)
+    k = torch.rand(*batch, s["L_k"], s["d_k"], generator=gen, dtype=torch.float64) * 2 - 1   # (B, H, L_k, d_k)
+    q[..., 0], k[..., 0] = c, -c
+    v = randn(gen, *batch, s["L_k"], s["d_v"])                                                # (B, H, L_k, d_v)
+    mask = random_mask(gen, *batch, s["L_q"], s["L_k"])                                       # (B, H, L_q, L_k)
+    used = {a: s[a] for a in ("B", "H", "L_q", "L_k", "d_k", "d_v")}
+    return AttentionCase(q, k, v, mask, used, ("B", "H"))
+
+
+def aligned_key(query: torch.Tensor, score: float) -> torch.Tensor:
+    """A key (..., d_k) whose scaled score against ``query`` (..., d_k) is exactly ``score``:
+    query * score * sqrt(d_k) / |query|^2."""
+    d_k = query.shape[-1]
+    return query * (score * d_k**0.5 / (query * query).sum(-1, keepdim=True))   # (..., d_k)
+
+
+def large_scores_case(seed: int, *, scale: float, top: float = 120.0, **sizes: int) -> AttentionCase:
+    """attention_case(seed, mask="full", scale=scale), with one allowed key in every row planted
+    so that its scaled score is exactly ``top`` (in float64; within ~1e-5 of it once rounded).
+
+    Every row's largest allowed score is then at least ``top`` = 120, above 88.7, where exp()
+    overflows in float32: a softmax without the max subtraction turns every row into NaN at every
+    seed, and a fill such as -100 leaves a masked key a weight below exp(-220), invisible (that
+    mistake is the masked-weights test's). The planted key of query i is the allowed key
+    random_mask forces for it, (i + n) % L_k for batch-head n, a different key for every query
+    (L_q <= L_k); its scores against the other queries stay as random as the rest.
+    """
+    case = attention_case(seed, mask="full", scale=scale, **sizes)
+    L_q, L_k, d_k = case.sizes["L_q"], case.sizes["L_k"], case.sizes["d_k"]
+    assert L_q <= L_k, "one planted key per query needs L_q <= L_k"
+    q = case.q.reshape(-1, L_q, d_k)                          # (B*H, L_q, d_k)
+    k = case.k.clone().reshape(-1, L_k, d_k)                  # (B*H, L_k, d_k)
+    for n in range(q.shape[0]):
+        for i in range(L_q):
+            k[n, (i + n) % L_k] = aligned_key(q[n, i], top)   # (d_k,): q_i . k / sqrt(d_k) = top
+    return AttentionCase(case.q, k.reshape(case.k.shape), case.v, case.mask, case.sizes, case.batch_axes)
 
 
 @dataclass
@@ -109,6 +178,11 @@ class DecodeCase:
     def args(self, dtype: torch.dtype) -> list:
         return [t.to(dtype) for t in self.tensors()] + [self.n_heads]
 
+    def rounded(self, dtype: torch.dtype) -> "DecodeCase":
+        """The same case with every tensor rounded to ``dtype`` (kept in float64): the reference then
+        sees exactly the inputs the learner gets."""
+        return DecodeCase(*(t.to(dtype).to(torch.float64) for t in self.tensors()), self.n_heads, self.sizes)
+
 
 # Distinct sizes, T + 1 included: B=3, H=6, H_kv=2, T=7 (T+1=8), d_head=5, d_model=11.
 DECODE_SIZES = {"B": 3, "n_heads": 6, "n_kv_heads": 2, "T": 7, "d_head": 5, "d_model": 11}
@@ -123,13 +197,14 @@ def projections(gen: torch.Generator, d_model: int, n_heads: int, n_kv_heads: in
     return w_q, w_k, w_v, w_o
 
 
-def decode_case(seed: int, **sizes: int) -> DecodeCase:
+def decode_case(seed: int, *, bound: float | None = None, **sizes: int) -> DecodeCase:
+    """Inputs for exercise 2; ``bound`` clamps x_t and the caches to [-bound, bound] (DTYPE_BOUND)."""
     s = {**DECODE_SIZES, **sizes}
     gen = generator(seed)
     B, H, Hkv, T, d, D = s["B"], s["n_heads"], s["n_kv_heads"], s["T"], s["d_head"], s["d_model"]
-    x_t = randn(gen, B, D)
-    k_cache = randn(gen, B, Hkv, T, d)
-    v_cache = randn(gen, B, Hkv, T, d)
+    x_t = _bounded(randn(gen, B, D), bound)                       # (B, d_model)
+    k_cache = _bounded(randn(gen, B, Hkv, T, d), bound)           # (B, H_kv, T, d_head)
+    v_cache = _bounded(randn(gen, B, Hkv, T, d), bound)           # (B, H_kv, T, d_head)
     return DecodeCase(x_t, k_cache, v_cache, *projections(gen, D, H, Hkv, d), H, dict(s))
 
 

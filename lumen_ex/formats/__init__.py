@@ -30,6 +30,8 @@ class Format:
 
 
 def _json(result: RunResult) -> str:
+    """The record itself, its text exactly as it came: ``json.dumps`` writes every control and
+    non-ASCII character (a lone surrogate too) as a ``\\uXXXX`` escape, so the output is plain ASCII."""
     return result.to_json() + "\n"
 
 

@@ -14,7 +14,9 @@
 
 Messages are escaped as the Actions toolkit escapes them, so learner text (an exception message)
 can never start a workflow command of its own; what the learner's code printed appears only in
-the job summary, inside a code block.
+the job summary, inside a code block. Before that, all text from the record is neutralised by
+lumen_ex/untrusted.py: controls and invisible characters are shown (the log viewer runs ANSI
+escapes), names and titles are kept on one line, and the job summary's Markdown is escaped.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import json
 from typing import Mapping
 
 from lumen_ex.results import RunResult, Status
+from lumen_ex.untrusted import code_block, encodable, markdown, one_line, visible
 
 from ._text import OUTPUT_CAP, exercise_path, explain, points, source_line
 
@@ -32,15 +35,18 @@ MARK = {Status.PASS: "✓", Status.FAIL: "✗", Status.ERROR: "!", Status.TIMEOU
 
 
 def escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """A workflow command's message: controls shown (newlines kept), then ``%``, CR and LF escaped."""
+    return visible(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def escape_property(text: str) -> str:
-    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+    """A workflow command's property value: on one line, and ``%``, ``:`` and ``,`` escaped, so
+    it can neither end the property list (``::``) nor start another property."""
+    return escape_data(one_line(text)).replace(":", "%3A").replace(",", "%2C")
 
 
 def command(name: str, message: str, **props) -> str:
-    """``::name key=value,...::message`` with both parts escaped."""
+    """``::name key=value,...::message`` with both parts escaped (escape_data, escape_property)."""
     fields = ",".join(f"{k}={escape_property(str(v))}" for k, v in props.items() if v not in (None, ""))
     return f"::{name}{' ' + fields if fields else ''}::{escape_data(message)}"
 
@@ -76,7 +82,7 @@ def log_lines(result: RunResult) -> list[str]:
     out = []
     for t in result.tests:
         why = "" if t.status is Status.PASS else f"  {(t.message or t.status.value).splitlines()[0][:160]}"
-        out.append(f"{MARK[t.status]} {t.group}: {t.name}  {points(t.score)}/{points(t.max_score)}{why}")
+        out.append(one_line(f"{MARK[t.status]} {t.group}: {t.name}  {points(t.score)}/{points(t.max_score)}{why}"))
     return out
 
 
@@ -93,9 +99,7 @@ def render(result: RunResult) -> str:
 # -- job summary ---------------------------------------------------------------------------------
 
 
-def _cell(text: str) -> str:
-    return (text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-            .replace("\r", " ").replace("\n", " "))
+_cell = markdown          # a table cell, heading or quoted line: one line of literal Markdown text
 
 
 def summary_markdown(result: RunResult) -> str:
@@ -108,14 +112,13 @@ def summary_markdown(result: RunResult) -> str:
            f"{points(result.score)} / {points(result.max_score)} points", "",
            f"{passed} of {counted} tests passed"
            f"{' · ' + _cell(result.message) if result.status is Status.ERROR else ''} · seed {result.seed} · "
-           f"sandbox {result.sandbox.backend} ({iso}) · {result.device}", ""]
+           f"sandbox {_cell(result.sandbox.backend)} ({iso}) · {_cell(result.device)}", ""]
     first = result.first_failure
     if first is not None:
         out += [f"**First failure:** {_cell(first.group)}: {_cell(first.name)}", ""]
-        out += ["> " + _cell(line) for line in explain(first, with_output=False).splitlines()]
+        out += ["> " + _cell(line) for line in explain(first, with_output=False).split("\n")]
         if first.output.strip():
-            fence = "````"
-            out += ["", "What your code printed:", "", fence, first.output.strip()[:OUTPUT_CAP].replace(fence, "'''"), fence]
+            out += ["", "What your code printed:", "", code_block(first.output.strip()[:OUTPUT_CAP])]
         out.append("")
     out += ["| | group | test | score | why |", "|---|---|---|---|---|"]
     for t in result.tests:
@@ -142,11 +145,11 @@ def classroom_result(result: RunResult) -> dict:
         "status": {Status.PASS: "pass", Status.FAIL: "fail"}.get(result.status, "error"),
         "max_score": _number(result.max_score),
         "tests": [{
-            "name": f"{t.group}: {t.name}",
+            "name": one_line(f"{t.group}: {t.name}"),
             "status": _RUNNER_STATUS[t.status],
             "score": _number(t.score),
-            "message": explain(t, with_output=False),
-            "test_code": f"lumen-ex check {n} --seed {result.seed}  # {t.id}",
+            "message": visible(explain(t, with_output=False)),
+            "test_code": one_line(f"lumen-ex check {n} --seed {result.seed}  # {t.id}"),
             "filename": path,
             "line_no": source_line(t) or 0,
             "duration": int(round(t.duration * 1000)),
@@ -164,7 +167,7 @@ def publish(result: RunResult, environ: Mapping[str, str]) -> None:
     summary = environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a", encoding="utf-8") as f:
-            f.write(summary_markdown(result))
+            f.write(encodable(summary_markdown(result)))
     output = environ.get("GITHUB_OUTPUT")
     if output:
         with open(output, "a", encoding="utf-8") as f:

@@ -10,6 +10,10 @@ points, no ``status``, and its ``output`` says why.
 
 A grader error (status ``error`` in the record) scores 0 and says so in ``output``: the submission
 was not graded, which Gradescope shows to the student as the output text.
+
+Every text Gradescope shows (``output``, a test's ``name``, ``output`` and ``tags``) has its
+controls and invisible characters shown, not acted on (lumen_ex/untrusted.py); names and tags
+stay on one line. ``extra_data`` is data, kept as the record has it (JSON escapes it).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import json
 
 from lumen_ex.results import RunResult, Status, TestResult
+from lumen_ex.untrusted import one_line, visible
 
 from ._text import explain, headline
 
@@ -33,7 +38,7 @@ def results(result: RunResult) -> dict:
     return {
         "score": round(result.score, 4),
         "execution_time": round(result.duration, 3),
-        "output": output,
+        "output": visible(output),
         "output_format": "text",
         "test_output_format": "text",
         "visibility": VISIBILITY,
@@ -47,12 +52,12 @@ def results(result: RunResult) -> dict:
 
 def _test(number: int, index: int, t: TestResult) -> dict:
     entry = {
-        "name": f"{t.group}: {t.name}",
+        "name": one_line(f"{t.group}: {t.name}"),
         "number": f"{number}.{index}",
         "score": round(t.score, 4),
         "max_score": round(t.max_score, 4),
-        "output": explain(t),
-        "tags": [t.group],
+        "output": visible(explain(t)),
+        "tags": [one_line(t.group)],
         "visibility": VISIBILITY,
         "extra_data": {"id": t.id, "status": t.status.value,
                        "kind": t.diagnosis.kind if t.diagnosis else None},

@@ -6,8 +6,10 @@ and ``<properties>`` for the seed, the sandbox, the device and the score. Each t
 ``<testcase>`` with ``classname`` ``lumen-ex.<slug>.<group>``, ``name`` (what the learner sees) and
 ``time``; a failure holds ``<failure type="<diagnosis kind>" message="<summary>">`` with the whole
 explanation as text, an error or timeout an ``<error>``, a skipped test ``<skipped message=...>``,
-and what the learner's code printed goes in ``<system-out>``. Characters XML cannot carry are
-written as ``#xNN``, as pytest does.
+and what the learner's code printed goes in ``<system-out>``. Characters XML cannot carry (most
+C0 controls, lone surrogates) are written as ``#xNN``, as pytest does; the other controls and
+invisible characters that a terminal or a report page would act on are shown as
+lumen_ex/untrusted.py shows them (:func:`clean`), in every attribute and text.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from lumen_ex.results import RunResult, Status, TestResult
+from lumen_ex.untrusted import visible
 
 from ._text import explain, points
 
@@ -23,7 +26,9 @@ _ILLEGAL = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-
 
 
 def clean(text: str) -> str:
-    return _ILLEGAL.sub(lambda m: f"#x{ord(m.group()):02X}", text)
+    """``text`` as XML can carry it and a reader sees it: ``#xNN`` for what XML forbids, then
+    the remaining controls (CR, C1) and invisible characters shown (untrusted.visible)."""
+    return visible(_ILLEGAL.sub(lambda m: f"#x{ord(m.group()):02X}", str(text)))
 
 
 def _seconds(x: float) -> str:
@@ -50,17 +55,17 @@ def element(result: RunResult) -> ET.Element:
                         ("seed", str(result.seed)), ("device", result.device),
                         ("sandbox", result.sandbox.backend), ("isolated", str(result.sandbox.isolated).lower()),
                         *((f"version.{k}", v) for k, v in sorted(result.versions.items()))):
-        ET.SubElement(props, "property", {"name": name, "value": clean(value)})
+        ET.SubElement(props, "property", {"name": clean(name), "value": clean(value)})
     for t in result.tests:
         suite.append(_case(slug, t))
     return root
 
 
 def _case(slug: str, t: TestResult) -> ET.Element:
-    case = ET.Element("testcase", {"classname": f"lumen-ex.{slug}.{t.group}", "name": clean(t.name),
+    case = ET.Element("testcase", {"classname": clean(f"lumen-ex.{slug}.{t.group}"), "name": clean(t.name),
                                    "time": _seconds(t.duration)})
     summary = clean(t.diagnosis.summary if t.diagnosis else (t.message or t.status.value))
-    kind = t.diagnosis.kind if t.diagnosis else t.status.value
+    kind = clean(t.diagnosis.kind if t.diagnosis else t.status.value)
     if t.status is Status.FAIL:
         child = ET.SubElement(case, "failure", {"type": kind, "message": summary})
     elif t.status in (Status.ERROR, Status.TIMEOUT):

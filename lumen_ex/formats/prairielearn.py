@@ -7,6 +7,9 @@ sandbox note. Every test has ``name``, ``description`` (its group and id), ``poi
 ``max_points``, ``message`` (the diagnosis as text) and ``output`` (what the learner's code printed),
 so the per-test points display stays on (it is disabled when any test lacks points). A skipped test
 has 0 of 0 points, which PrairieLearn renders as neutral.
+
+Every text PrairieLearn shows has its controls and invisible characters shown, not acted on
+(lumen_ex/untrusted.py); a test's name and description stay on one line.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import json
 
 from lumen_ex.results import RunResult, Status, TestResult
+from lumen_ex.untrusted import one_line, visible
 
 from ._text import capped, explain, headline
 
@@ -23,24 +27,24 @@ def results(result: RunResult) -> dict:
     doc = {
         "gradable": gradable,
         "score": round(result.score / result.max_score, 6) if result.max_score > 0 and gradable else 0.0,
-        "message": result.message,
-        "output": headline(result) + (f"\n{result.sandbox.note}" if result.sandbox.note else ""),
+        "message": visible(result.message),
+        "output": visible(headline(result) + (f"\n{result.sandbox.note}" if result.sandbox.note else "")),
         "tests": [_test(t) for t in result.tests],
     }
     if not gradable:
-        doc["format_errors"] = [f"the grader could not finish: {result.message}"]
+        doc["format_errors"] = [visible(f"the grader could not finish: {result.message}")]
     return doc
 
 
 def _test(t: TestResult) -> dict:
     output = capped(t.output.strip())
     return {
-        "name": t.name,
-        "description": f"{t.group} · {t.id}",
+        "name": one_line(t.name),
+        "description": one_line(f"{t.group} · {t.id}"),
         "points": round(t.score, 4),
         "max_points": round(t.max_score, 4),
-        "message": explain(t, with_output=False),
-        "output": output,
+        "message": visible(explain(t, with_output=False)),
+        "output": visible(output),
     }
 
 
@@ -56,7 +60,7 @@ def combine(runs: list[RunResult]) -> dict:
     doc = {
         "gradable": gradable,
         "score": round(sum(r.score for r in runs) / possible, 6) if possible > 0 and gradable else 0.0,
-        "message": "; ".join(f"exercise {r.exercise['number']}: {r.message}" for r in runs),
+        "message": visible("; ".join(f"exercise {r.exercise['number']}: {r.message}" for r in runs)),
         "output": "\n".join(p["output"] for p in parts),
         "tests": [t for p in parts for t in p["tests"]],
     }
