@@ -12,11 +12,12 @@ their control characters (``one_line``).
 from __future__ import annotations
 
 import time
+from collections import deque
 from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -26,18 +27,66 @@ from .choices import DEVICES, FORMATS, SANDBOXES
 
 
 
+class RateMeter:
+    """Checks per minute over the last :data:`WINDOW` finished checks, and the ETA from that rate:
+    it follows the pace as it changes (a slow start, a faster middle) instead of averaging the
+    whole run from its start."""
+
+    WINDOW = 8
+
+    def __init__(self, now: float):
+        self.marks: deque[tuple[float, int]] = deque([(now, 0)], maxlen=self.WINDOW + 1)
+
+    def add(self, now: float, done: int) -> None:
+        self.marks.append((now, done))
+
+    def per_minute(self) -> float:
+        (t0, d0), (t1, d1) = self.marks[0], self.marks[-1]
+        return 60.0 * (d1 - d0) / max(t1 - t0, 1e-6)
+
+    def eta(self, left: int) -> float | None:
+        """Seconds until ``left`` more checks are done at the measured rate (None before any)."""
+        rate = self.per_minute()
+        return left / rate * 60.0 if rate > 0 else None
+
+
+def clock(seconds: float | None) -> str:
+    return "--:--:--" if seconds is None else time.strftime("%H:%M:%S", time.gmtime(min(seconds, 86399)))
+
+
 class GradeProgress:
-    """done / total, rate, ETA and failures so far: a live bar on a terminal, plain lines otherwise."""
+    """done / total, the measured rate and ETA, failures so far and the students being graded now:
+    a live bar on a terminal, plain lines otherwise. The notes about the submissions (two entries
+    with one name, entries skipped) are printed before grading starts (:meth:`notes`)."""
 
     def __init__(self, console: Console):
         self.console = console
         self.live = console.is_terminal
         self.started = time.monotonic()
+        self.meter = RateMeter(self.started)
         self.bar: Progress | None = None
         self.task = None
+        self.now: dict[tuple[str, str], str] = {}     # (student, exercise) being graded -> label
+        self.shown: set[str] = set()
+
+    def notes(self, notes: list[str]) -> None:
+        for note in notes:
+            if note not in self.shown:
+                self.shown.add(note)
+                self.console.print(Text(one_line(note), style="dim"))
+
+    def planned(self, regraded: list[tuple[str, str, str]]) -> None:
+        """What a rerun regrades and why (a check not graded before is only counted)."""
+        forced = [r for r in regraded if r[2] == "--force"]
+        if forced:
+            self.console.print(Text(f"--force: regrading {len(forced)} checks"))
+        for name, exercise, why in regraded:
+            if why not in ("--force", "not graded yet"):
+                self.console.print(Text(one_line(f"regrading {name} {exercise}: {why}")))
 
     def begin(self, total: int, resumed: int, students: int, note: str) -> None:
         self.started = time.monotonic()
+        self.meter = RateMeter(self.started)
         self.total = total
         if resumed:
             self.console.print(Text(f"resuming: {resumed} checks already graded are kept (--force regrades them)"))
@@ -49,26 +98,36 @@ class GradeProgress:
         self.console.print(f"grading {total} checks of {students} students")
         if self.live:
             self.bar = Progress(SpinnerColumn(), TextColumn("[bold]grading"), BarColumn(), MofNCompleteColumn(),
-                                TextColumn("{task.fields[rate]}"), TextColumn("ETA"), TimeRemainingColumn(),
-                                TextColumn("{task.fields[failures]}"), TextColumn("{task.fields[last]}", markup=False, style="dim"),
-                                console=self.console)
-            self.task = self.bar.add_task("grading", total=total, rate="", failures="", last="")
+                                TextColumn("{task.fields[rate]}"), TextColumn("ETA {task.fields[eta]}"),
+                                TextColumn("{task.fields[failures]}"),
+                                TextColumn("{task.fields[now]}", markup=False, style="dim"), console=self.console)
+            self.task = self.bar.add_task("grading", total=total, rate="", eta=clock(None), failures="", now="")
             self.bar.start()
 
-    def _rate(self, done: int) -> float:
-        return 60.0 * done / max(time.monotonic() - self.started, 1e-6)
+    def _now_text(self) -> str:
+        names = sorted(set(self.now.values()))
+        return one_line("now: " + ", ".join(names[:4]) + (" …" if len(names) > 4 else "")) if names else ""
+
+    def started_check(self, student: str, exercise) -> None:
+        """A grading process began ``student`` x ``exercise``."""
+        self.now[(student, exercise.slug)] = f"{student} {exercise.slug}"
+        if self.bar is not None:
+            self.bar.update(self.task, now=self._now_text())
 
     def finished(self, item) -> None:
-        rate = self._rate(item.done)
+        self.now.pop((item.student, item.exercise.slug), None)
+        self.meter.add(time.monotonic(), item.done)
+        rate, eta = self.meter.per_minute(), clock(self.meter.eta(item.total - item.done))
         failures = f"{item.failed} failed, {item.errors} errors"
         r = item.result
         last = one_line(f"{item.student} {item.exercise.slug}: {r.status.value} {r.score:g}/{r.max_score:g}")
         if self.bar is not None:
-            self.bar.update(self.task, completed=item.done, rate=f"{rate:.1f}/min", failures=failures, last=last)
+            self.bar.update(self.task, completed=item.done, rate=f"{rate:.1f}/min", eta=eta, failures=failures,
+                            now=self._now_text())
             return
-        left = (item.total - item.done) / rate * 60 if rate > 0 else 0.0
-        eta = time.strftime("%H:%M:%S", time.gmtime(left))
-        click.echo(f"[{item.done}/{item.total}] {last} ({rate:.1f}/min, ETA {eta}, {failures})")
+        now = self._now_text()
+        click.echo(f"[{item.done}/{item.total}] {last} ({rate:.1f}/min, ETA {eta}, {failures})"
+                   + (f" {now}" if now else ""))
 
     def end(self) -> None:
         if self.bar is not None:
@@ -116,6 +175,82 @@ def render_report(con: Console, report, out: Path) -> None:
                                                           f"results:   {out / 'results'}"))))
 
 
+def render_status(con: Console, outcome, roster: Path | None, out: Path) -> int:
+    """``--status``: one line per student x exercise; 0 when everything is up to date, else 1."""
+    table = Table(title=f"status (class seed {outcome.seed})", box=None, header_style="bold")
+    for col in ("student", "key", "exercise", "state", "result", "why"):
+        table.add_column(col)
+    for sub, ex, state in outcome.states:
+        table.add_row(Text(one_line(sub.name)), Text(one_line(sub.student)), ex.dir, state.state,
+                      _stored_status(out, sub, ex), Text(one_line(state.reason)))
+    con.print(table)
+    for skipped in outcome.skipped:
+        con.print(Text(one_line(f"skipped {skipped.entry}: {skipped.reason}"), style="dim"))
+    if roster is not None:
+        from lumen_ex.roster import match_roster
+
+        matched = match_roster(roster, outcome.students)
+        for row in matched["students"]:
+            if not row["keys"]:
+                con.print(Text(one_line(f"missing: {row['name']} (on the roster, nothing submitted)")))
+        for key in matched["unmatched"]:
+            con.print(Text(one_line(f"not on the roster: {key}")))
+    counts: dict[str, int] = {}
+    for _, _, state in outcome.states:
+        counts[state.state] = counts.get(state.state, 0) + 1
+    con.print(", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+    return 0 if set(counts) <= {"up to date"} else 1
+
+
+def _stored_status(out: Path, sub, ex) -> str:
+    import json
+
+    from lumen_ex.grade_store import document_path
+
+    try:
+        doc = json.loads(document_path(out, sub.student, ex.dir).read_text())
+        return f"{doc['status']} {doc['score']:g}/{doc['max_score']:g}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "–"
+
+
+def late_options(command):
+    """``--due`` and the late policy's options (lumen_ex/late.py)."""
+    opts = [
+        click.option("--due", default=None, help="The due time, ISO 8601 (2026-03-01T23:59, local time "
+                     "unless an offset is given); kept in --out for reruns."),
+        click.option("--late-penalty", type=float, default=0.0, show_default=True,
+                     help="With --due: percent of the points lost per day (or hour) late, or part of one."),
+        click.option("--late-per", type=click.Choice(("day", "hour")), default="day", show_default=True),
+        click.option("--late-cap", type=float, default=100.0, show_default=True,
+                     help="With --due: the most percent of the points lateness can cost."),
+        click.option("--grace", default="0", show_default=True,
+                     help="With --due: lateness forgiven (15m, 2h, 1d; a bare number is minutes)."),
+        click.option("--extensions", type=click.Path(dir_okay=False, exists=True), default=None,
+                     help="With --due: a CSV of per-student due times (student,due or student,days/hours)."),
+    ]
+    for opt in reversed(opts):
+        command = opt(command)
+    return command
+
+
+def save_late_policy(out: Path, late: dict) -> None:
+    """With ``--due``: check the policy and save it in --out (a rerun without --due keeps it)."""
+    from lumen_ex.errors import UsageError
+    from lumen_ex.late import make_policy, save_policy
+
+    if not late.get("due"):
+        return
+    try:
+        policy = make_policy(late["due"], penalty=late["late_penalty"], per=late["late_per"],
+                             cap=late["late_cap"], grace=late["grace"], extensions_csv=late["extensions"])
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"the late policy is not valid: {exc}",
+                         "See `lumen-ex grade --help` (--due, --late-penalty, --grace, --extensions)") from None
+    out.mkdir(parents=True, exist_ok=True)
+    save_policy(out, policy)
+
+
 def exercises_of(numbers: tuple[str, ...], all_: bool):
     from lumen_ex.catalog import load
 
@@ -154,9 +289,17 @@ def exercises_of(numbers: tuple[str, ...], all_: bool):
 @click.option("--image", default=None, help="With --emit k8s: the grader image reference in your registry.")
 @click.option("--collect", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
               help="Import results written by the cluster job (its results folder), then report.")
+@click.option("--status", "status_only", is_flag=True,
+              help="Only list what is up to date, stale (and why), missing or failed in --out; grade nothing.")
+@click.option("--roster", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="A CSV of the enrolled students: one gradebook row each, `missing` where nothing was submitted.")
+@click.option("--storage-class", default=None,
+              help="With --emit k8s: the storage class of the shared volume's claim (default: the cluster's).")
+@late_options
 @click.pass_context
 def grade(ctx, submissions: Path, numbers, all_: bool, out: Path, jobs: int, sandbox: str, unsafe: bool, force: bool,
-          students, formats, seed, device: str, timeout, emit, image, collect) -> None:
+          students, formats, seed, device: str, timeout, emit, image, collect, storage_class=None,
+          status_only: bool = False, roster: Path | None = None, **late) -> None:
     """Grade every submission in SUBMISSIONS (one folder or .zip per student)."""
     from lumen_ex.errors import UsageError
 
@@ -167,7 +310,7 @@ def grade(ctx, submissions: Path, numbers, all_: bool, out: Path, jobs: int, san
         from lumen_ex.k8s import emit_manifests
 
         written = emit_manifests(submissions, out, exercises, image=image, parallelism=jobs, device=device,
-                                 students=students, timeout=timeout, seed=seed)
+                                 students=students, timeout=timeout, seed=seed, storage_class=storage_class)
         for path in written:
             click.echo(f"wrote {path}")
         ctx.exit(0)
@@ -177,17 +320,27 @@ def grade(ctx, submissions: Path, numbers, all_: bool, out: Path, jobs: int, san
     from .render import console
 
     con = console()
+    save_late_policy(out, late)
     req = GradeRequest(submissions=submissions, out=out, exercises=exercises, jobs=jobs, sandbox=sandbox,
                        force=force, unsafe=unsafe, students=tuple(students), seed=seed, device=device,
-                       timeout=timeout, formats=tuple(formats))
+                       timeout=timeout, formats=tuple(formats), roster=roster)
+    if status_only:
+        from lumen_ex.grade import class_status
+
+        ctx.exit(render_status(con, class_status(req), roster, out))
+    progress = GradeProgress(con)
     if collect is not None:
         from lumen_ex.k8s import collect_results
 
         outcome = collect_results(req, collect)
     else:
-        outcome = grade_class(req, GradeProgress(con))
+        outcome = grade_class(req, progress)
     for note in outcome.notes:
-        con.print(Text(one_line(note), style="dim"))
+        if note not in progress.shown:      # the notes shown before grading began
+            con.print(Text(one_line(note), style="dim"))
+    from lumen_ex.late import record_times
+
+    record_times(out, outcome.students)
     report = write_outputs(out, [s.student for s in outcome.students], exercises, submissions.name, tuple(formats))
     render_report(con, report, out)
     if outcome.interrupted:

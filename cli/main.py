@@ -57,19 +57,24 @@ def list_cmd(workspace: Path | None) -> None:
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--ci", type=click.Choice(("github",)), default=None,
               help="Also write a CI workflow that checks every exercise on each push (docs/classroom.md).")
-def init(directory: Path, ci: str | None) -> None:
+@click.option("--lumen-ex-spec", "spec", default="",
+              help="With --ci: where the workflow installs lumen-ex from (a git URL or a wheel's URL); "
+                   "the LUMEN_EX_SPEC variable overrides it.")
+def init(directory: Path, ci: str | None, spec: str) -> None:
     """Create a workspace in DIRECTORY with every exercise's stub and README."""
     from lumen_ex.catalog import load
+    from lumen_ex.ci import check_spec
     from lumen_ex.workspace import Workspace
 
     from .render import console, render_init
 
+    check_spec(spec)
     workspace = Workspace.create(directory, load())
     render_init(console(), workspace, directory)
     if ci is not None:
         from lumen_ex.ci import write_ci
 
-        path = write_ci(workspace.root, ci, load())
+        path = write_ci(workspace.root, ci, load(), spec)
         click.echo(f"CI: {path.relative_to(workspace.root)} checks every exercise on each push "
                    "(set the LUMEN_EX_SPEC variable to where lumen-ex installs from; docs/classroom.md)")
 

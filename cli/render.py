@@ -22,7 +22,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from lumen_ex.results import Diagnosis, RunResult, Status, TestResult, points
+from lumen_ex.results import VALUE_KINDS, Diagnosis, RunResult, Status, TestResult, points
 from lumen_ex.untrusted import one_line, visible
 
 from .pictures import Heatmap, shape_diagram
@@ -101,12 +101,19 @@ def _diagnosis_lines(diag: Diagnosis, run_mistake: dict | None = None) -> list:
     where = _where(diag)
     if where:
         out.append(Text(one_line(f"  {where}"), style="dim"))
+    if isinstance(diag.details.get("code"), str) and diag.details.get("where"):
+        out.append(Text(one_line(f"    {diag.details['code']}")))        # the line itself, once
     if isinstance(diag.details.get("heatmap"), dict):
         out.append(Heatmap(diag.details["heatmap"]))
     if run_mistake is not None and diag.misconception == run_mistake.get("id"):
         out.append(_run_mistake_line(run_mistake))     # the same mistake, with the run's evidence
         return out
-    if diag.misconception:
+    if diag.misconception and diag.kind in VALUE_KINDS:
+        # Matched on this test only, not across the run's failing value tests: what was seen, no guess.
+        out.append(Text.assemble(("seen on this test: ", "bold magenta"), visible(diag.hint or diag.misconception)))
+    elif diag.misconception and diag.kind == "exception":
+        out.append(Text.assemble(("try: ", "bold cyan"), visible(diag.hint or diag.misconception)))
+    elif diag.misconception:
         out.append(Text.assemble(("likely mistake: ", "bold magenta"), visible(diag.hint or diag.misconception)))
     elif diag.hint:
         out.append(Text.assemble(("try: ", "bold cyan"), visible(diag.hint)))

@@ -85,6 +85,7 @@ class GradingPlugin:
             record.message = _skip_reason(report)
         elif report.failed:
             record.status, record.diagnosis = _classify(call.excinfo)
+            with_source_line(record.diagnosis, self._submission)
             record.message = record.diagnosis.summary
         notes = take_notes()
         if notes and record.status is Status.PASS and not record.message:
@@ -94,6 +95,33 @@ class GradingPlugin:
 
     def ordered(self) -> list[TestResult]:
         return [self.results[n] for n in self.order]
+
+
+def graded_lines(submission: Submission) -> list[str]:
+    """The lines of the learner's file as this check graded it: the snapshot the harness read once
+    (lumen_ex/snapshot.py, held by the worker pool), never the file on disk, which may have changed."""
+    data = getattr(getattr(submission, "_pool", None), "source", None)
+    return data.decode("utf-8", "replace").splitlines() if isinstance(data, bytes) else []
+
+
+def with_source_line(diag: Diagnosis, submission: Submission) -> None:
+    """Show the learner's own line under a diagnosis: for an exception, the line its traceback
+    points to ("attention.py line 12 in f", details["where"]), read from the graded snapshot (the
+    worker only says which line); for a float32 result, the line that made it
+    (graders/support/expect.py float32_cause)."""
+    lines = graded_lines(submission)
+    if not lines:
+        return
+    from lumen_ex.graders.support.expect import float32_cause
+
+    float32_cause(diag, lines, submission.module_file)
+    where = diag.details.get("where")
+    prefix = f"{submission.module_file} line "
+    if diag.kind != "exception" or not isinstance(where, str) or not where.startswith(prefix):
+        return
+    number = where[len(prefix):].split(" ", 1)[0]
+    if number.isdigit() and 1 <= int(number) <= len(lines):
+        diag.details["code"] = lines[int(number) - 1].strip()[:200]
 
 
 def _classify(excinfo) -> tuple[Status, Diagnosis]:
@@ -125,11 +153,8 @@ def _learner_error(exc: LearnerError) -> Diagnosis:
         return Diagnosis("exception", "not implemented yet (the stub still raises NotImplementedError)",
                          details={"where": where},
                          hint="Replace the `raise NotImplementedError` with your implementation.")
-    diag = Diagnosis("exception", f"your code raised {exc.type}: {exc.message}".strip()[:400],
+    return Diagnosis("exception", f"your code raised {exc.type}: {exc.message}".strip()[:400],
                      details={"where": where} if where else {})
-    if where:
-        diag.summary += f" ({where})"
-    return diag
 
 
 def import_failure(exc: ImportFailed) -> Diagnosis:

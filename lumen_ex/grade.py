@@ -15,11 +15,17 @@ How it works:
   ``lumen_ex.check.run_check`` for one student x exercise after another, every check against fresh
   sandboxed workers (or a fresh container), with the next check's worker started while the current
   one's tests run.
-- Nothing is lost: each result document is written to DIR/results/<student>/<exercise>.json
-  (temporary file, fsync, rename) the moment it arrives. A check whose grading process dies or runs
-  past ``--timeout`` still gets a document (status ``error``, with the reason), the process is
-  replaced, and the batch goes on. Rerunning the command skips every student x exercise that already
-  has a valid document (``--force`` regrades).
+- Nothing is lost: each result document is written to DIR/results/<key>/<exercise>.json
+  (temporary file, fsync, rename) the moment it arrives, with its record of exactly what was graded
+  (lumen_ex/grade_store.py: the sha256 of the files, the entry, lumen-ex, the catalogue, the
+  grader image, the seed). A check whose grading process dies or runs past ``--timeout`` still gets
+  a document (status ``error``, with the reason), the process is replaced, and the batch goes on.
+- A rerun regrades what is no longer true: a file that changed, another entry under the same key,
+  a new lumen-ex, catalogue or image, a new seed, a grader error; it says what and why, and keeps
+  the rest. ``--force`` regrades everything, into a staging folder that replaces the old results
+  only once the run is complete. ``--status`` says where each check stands and grades nothing.
+- One class seed (``--seed``, else the one recorded in DIR/class.json, else a fresh one) grades
+  every check, so grading the same class twice gives the same gradebook.
 - Ctrl-C (SIGINT) or SIGTERM stops every grading process, whose check in progress kills its workers
   or container on the way out; whatever is left after a grace period is killed by process group. The
   gradebook and report are written for what was graded, and the command exits with 130.
@@ -33,25 +39,27 @@ they are rebuilt whole after every run, resumed or not.
 from __future__ import annotations
 
 import json
-import secrets
 import select
 import shutil
 import signal
 import tempfile
 import time
+import unicodedata
 from collections import deque
 from dataclasses import dataclass, field
+from dataclasses import replace as with_changes
 from pathlib import Path
 from typing import Protocol
 
 from . import catalog as catalog_mod
+from . import grade_store
 from .catalog import Catalog, Exercise
 from .errors import LumenError, UsageError
 from .grade_process import STOP_GRACE_S, GradingProcess
 from .atomic import write_atomically
 from .results import (Diagnosis, RunResult, SandboxInfo, Status, TestResult, base_versions,
                       grader_error)
-from .submissions import Prepared, Submission, discover, prepare
+from .submissions import Prepared, Skipped, Submission, discover_entries, prepare
 
 RESULTS = "results"
 SUBMISSION_INFO = "submission.json"
@@ -78,6 +86,8 @@ class GradeRequest:
     device: str = "cpu"
     timeout: float | None = None          # per student x exercise; default: the exercise's limits + a margin
     formats: tuple[str, ...] = ()         # extra views written beside each result document
+    status_only: bool = False             # --status: say what is up to date, stale, missing, failed; grade nothing
+    roster: Path | None = None            # --roster FILE.csv: the enrolled students (lumen_ex/roster.py)
 
 
 @dataclass
@@ -87,6 +97,9 @@ class Job:
     exercise: Exercise
     seed: int
     started: float | None = None
+    fingerprint: dict | None = None       # what is graded (lumen_ex/grade_store.py), kept in the record
+    reason: str = ""                      # why it is (re)graded
+    name: str = ""                        # the student's name as given
 
 
 @dataclass
@@ -116,6 +129,10 @@ class Outcome:
     interrupted: bool = False
     notes: list[str] = field(default_factory=list)
     sandbox: str = ""
+    seed: int = 0                                                   # the class seed
+    regraded: list[tuple[str, str, str]] = field(default_factory=list)   # (name, exercise dir, why)
+    states: list[tuple[Submission, Exercise, grade_store.State]] = field(default_factory=list)  # --status
+    skipped: list[Skipped] = field(default_factory=list)
 
 
 def result_path(out: Path, student: str, ex: Exercise) -> Path:
@@ -132,17 +149,38 @@ def load_document(path: Path) -> dict | None:
         return None
 
 
-def record(out: Path, student: str, ex: Exercise, result: RunResult) -> None:
-    write_atomically(result_path(out, student, ex), result.to_json() + "\n")
+def record(out: Path, student: str, ex: Exercise, result: RunResult, fingerprint: dict | None = None,
+           run: str = "") -> None:
+    """Store a result document, and with ``fingerprint`` its record of what was graded
+    (lumen_ex/grade_store.py), which a rerun compares with the submission as it is then."""
+    grade_store.write_result(out, student, ex.dir, result.to_json() + "\n", fingerprint, run)
 
 
 def describe_submission(out: Path, sub: Submission, prepared: Prepared) -> None:
     """DIR/results/<student>/submission.json: what was graded, from where (and the git commit,
     read by :func:`lumen_ex.submissions.prepare` through the bounded reader)."""
-    info = {"student": sub.student, "source": sub.source.name, "kind": sub.kind,
+    info = {"student": sub.student, "name": sub.name, "source": sub.source.name, "kind": sub.kind,
             "commit": prepared.commit,
-            "graded": prepared.found, "missing": prepared.missing, "refused": prepared.refused}
-    write_atomically(Path(out) / RESULTS / sub.student / SUBMISSION_INFO, json.dumps(info, indent=1) + "\n")
+            "graded": prepared.found, "missing": prepared.missing, "refused": prepared.refused,
+            "ambiguous": prepared.ambiguous}
+    write_atomically(Path(out) / RESULTS / sub.student / SUBMISSION_INFO,
+                     json.dumps(info, indent=1, ensure_ascii=False) + "\n")
+
+
+def select_students(subs: list[Submission], wanted: tuple[str, ...], folder: Path) -> list[Submission]:
+    """The submissions ``--student`` names: by the name as given (any Unicode form: an NFD "Zoë"
+    matches an NFC one), by the entry's file name, or by the key."""
+    def norm(text: str) -> str:
+        return unicodedata.normalize("NFC", text)
+
+    asked = {norm(w) for w in wanted}
+    chosen = [s for s in subs if asked & {norm(s.name), norm(s.source.name), s.student}]
+    known = {norm(n) for s in chosen for n in (s.name, s.source.name, s.student)}
+    unknown = sorted(w for w in wanted if norm(w) not in known)
+    if unknown:
+        raise UsageError(f"no submission for {', '.join(unknown)} in {folder}",
+                         "Use the names of the folders or zips (without .zip), as they are written")
+    return chosen
 
 
 # -- documents for checks that could not run ----------------------------------------------------
@@ -217,6 +255,15 @@ def choose_sandbox(name: str, unsafe: bool) -> tuple[str, SandboxInfo, str]:
     return launcher.name, info, note
 
 
+def image_id(ref: str) -> str:
+    """The id (sha256) of the grader image ``ref``, '' when docker cannot say: results graded under
+    another image are regraded (lumen_ex/grade_store.py)."""
+    from lumen_ex.sandbox import engine
+
+    answer = engine.docker("image", "inspect", "--format", "{{.Id}}", ref, timeout=30)
+    return answer.out.strip() if answer.ok else ""
+
+
 # -- the batch -----------------------------------------------------------------------------------
 
 
@@ -230,51 +277,147 @@ class Batch:
     # planning ----------------------------------------------------------------------------------
 
     def plan(self) -> tuple[list[Submission], list[Job], int, list[str]]:
+        """Which student x exercise to grade, and why: everything whose stored result is no
+        longer true of the submission as it is now (lumen_ex/grade_store.py), or all with --force.
+
+        Every submission is read into its throwaway workspace here (so that its files can be
+        hashed); the workspaces of students with nothing to grade are removed at once."""
         req = self.req
         if not Path(req.submissions).is_dir():
             raise UsageError(f"{req.submissions} is not a folder", "Pass the folder holding one entry per student")
-        subs, notes = discover(Path(req.submissions), exclude=(self.out,))
+        notes = [] if req.status_only else grade_store.recover(self.out)
+        subs, self.skipped, found_notes = discover_entries(Path(req.submissions), exclude=(self.out,))
+        notes += found_notes
+        self.all_subs = subs
         if req.students:
-            wanted = set(req.students)
-            unknown = sorted(wanted - {s.student for s in subs})
-            if unknown:
-                raise UsageError(f"no submission for {', '.join(unknown)} in {req.submissions}",
-                                 "Use the names of the folders or zips (without .zip)")
-            subs = [s for s in subs if s.student in wanted]
+            subs = select_students(subs, req.students, req.submissions)
         if not subs:
             raise UsageError(f"no submissions in {req.submissions}", "It must hold one folder or .zip per student")
+        self.seed, seed_note = grade_store.class_seed(self.out, req.seed)
+        notes += [seed_note] if seed_note else []
+        self._choose_sandbox()
+        versions = self._fingerprint_versions()
+        self.scratch = self._make_scratch()
+        self.prepared: dict[str, Prepared] = {}
+        self.states: list[tuple[Submission, Exercise, grade_store.State]] = []
         jobs: list[Job] = []
         resumed = 0
         for sub in subs:
+            prepared = prepare_safely(sub, req.exercises, self.catalog, self.scratch)
+            wanted = 0
             for ex in req.exercises:
-                if not req.force and load_document(result_path(self.out, sub.student, ex)) is not None:
+                fp = self._fingerprint(sub, ex, prepared, versions)
+                state = (grade_store.State("stale", "--force") if req.force else
+                         grade_store.state_of(self.out, sub.student, ex.dir, fp))
+                self.states.append((sub, ex, state))
+                if state.current:
                     resumed += 1
                     continue
-                seed = req.seed if req.seed is not None else secrets.randbelow(2**31)
-                jobs.append(Job(len(jobs), sub.student, ex, seed))
+                wanted += 1
+                jobs.append(Job(len(jobs), sub.student, ex, self.seed, fingerprint=fp, reason=state.reason,
+                                name=sub.name))
+            if wanted and not req.status_only:
+                self.prepared[sub.student] = prepared
+            else:
+                shutil.rmtree(prepared.workspace, ignore_errors=True)
+        if not req.status_only:
+            self._save_class()
         return subs, jobs, resumed, notes
+
+    def _fingerprint(self, sub: Submission, ex: Exercise, prepared: Prepared, versions: dict) -> dict:
+        """What this student x exercise is graded from (lumen_ex/grade_store.py ``fingerprint``)."""
+        problem = prepared.refused or prepared.missing.get(ex.slug, "")
+        files = {} if problem else grade_store.hash_files(prepared.workspace / ex.dir)
+        return grade_store.fingerprint(name=sub.name, entry=sub.source.name, kind=sub.kind, files=files,
+                                       problem=problem, versions=versions, seed=self.seed, device=self.req.device)
+
+    def _fingerprint_versions(self) -> dict[str, str]:
+        """lumen-ex, the catalogue and, under docker, the grader image's id."""
+        versions = {"lumen_ex": base_versions()["lumen_ex"], "catalog": self.catalog.version}
+        if self.sandbox.startswith("docker:"):
+            versions["image"] = image_id(self.sandbox.split(":", 1)[1])
+        return versions
+
+    def _choose_sandbox(self) -> None:
+        """The sandbox (refused unisolated without --unsafe); --status only needs to know if it is docker."""
+        try:
+            self.sandbox, self.sandbox_info, self.note = choose_sandbox(self.req.sandbox, self.req.unsafe)
+        except UsageError:
+            if not self.req.status_only:
+                raise
+            self.sandbox, self.sandbox_info, self.note = "none", SandboxInfo("none", False), ""
+
+    def _make_scratch(self) -> Path:
+        if self.req.status_only:
+            return Path(tempfile.mkdtemp(prefix="lumen-ex-status-")).absolute()
+        from .leftovers import scratch_prefix, sweep
+
+        sweep(self._ensure_out())       # what a run killed by SIGKILL left (lumen_ex/leftovers.py)
+        return Path(tempfile.mkdtemp(prefix=scratch_prefix(), dir=self.out)).absolute()
+
+    def _save_class(self) -> None:
+        """DIR/class.json: the class seed, every entry found and skipped, the roster's match."""
+        from .roster import match_roster
+
+        data = grade_store.load_class(self.out)
+        data.update({
+            "seed": self.seed,
+            "entries": [{"key": s.student, "name": s.name, "entry": s.source.name, "kind": s.kind}
+                        for s in self.all_subs],
+            "skipped": [{"entry": k.entry, "reason": k.reason} for k in self.skipped],
+        })
+        if self.req.roster is not None:
+            data["roster"] = match_roster(Path(self.req.roster), self.all_subs)
+        self._ensure_out()
+        grade_store.save_class(self.out, data)
+
+    def status(self) -> Outcome:
+        """``--status``: where every student x exercise stands; nothing is graded or written."""
+        try:
+            subs, jobs, resumed, notes = self.plan()
+        finally:
+            if getattr(self, "scratch", None) is not None:
+                shutil.rmtree(self.scratch, ignore_errors=True)
+        return Outcome(subs, 0, resumed, notes=notes, seed=self.seed, states=self.states, skipped=self.skipped,
+                       regraded=[(j.name, j.exercise.dir, j.reason) for j in jobs])
 
     # running -----------------------------------------------------------------------------------
 
     def run(self) -> Outcome:
         req = self.req
-        subs, jobs, resumed, notes = self.plan()
-        outcome = Outcome(subs, 0, resumed, notes=notes)
+        self.scratch = None
+        try:
+            subs, jobs, resumed, notes = self.plan()
+        except BaseException:
+            if self.scratch is not None:
+                shutil.rmtree(self.scratch, ignore_errors=True)
+            raise
+        scratch, prepared = self.scratch, self.prepared
+        outcome = Outcome(subs, 0, resumed, notes=notes, seed=self.seed, skipped=self.skipped,
+                          regraded=[(j.name, j.exercise.dir, j.reason) for j in jobs])
+        planned = getattr(self.progress, "planned", None)
+        if planned is not None:
+            planned(outcome.regraded)
+        show_notes = getattr(self.progress, "notes", None)     # before grading starts (cli/grade.py)
+        if show_notes is not None:
+            show_notes(notes)
         if not jobs:
+            shutil.rmtree(scratch, ignore_errors=True)
             if self.progress:
                 self.progress.begin(0, resumed, len(subs), "")
                 self.progress.end()
             return outcome
-        sandbox, self.sandbox_info, note = choose_sandbox(req.sandbox, req.unsafe)
+        sandbox, note = self.sandbox, self.note
         outcome.sandbox = sandbox.split(":")[0]
-        self.note = note
         by_student = {s.student: s for s in subs}
-        scratch = Path(tempfile.mkdtemp(prefix=".scratch-", dir=self._ensure_out())).absolute()
+        run_id = grade_store.new_run_id()
+        # --force: the new results wait in a staging folder until the whole run is done
+        dest = grade_store.staging_dir(self.out, run_id) if req.force else self.out
         procs: list[GradingProcess] = []
         pending: deque[Job] = deque(jobs)
         remaining = {s: sum(j.student == s for j in jobs) for s in by_student}
-        prepared: dict[str, Prepared] = {}
         counts = {"done": 0, "fail": 0, "error": 0}
+        described: set[str] = set()
         start_failures = 0
         saved = {}
         if threading_main():
@@ -284,7 +427,7 @@ class Batch:
             self.progress.begin(len(jobs), resumed, len(subs), note)
 
         def finish(job: Job, result: RunResult) -> None:
-            record(self.out, job.student, job.exercise, result)
+            record(dest, job.student, job.exercise, result, job.fingerprint, run_id)
             counts["done"] += 1
             if result.status is Status.FAIL:
                 counts["fail"] += 1
@@ -302,10 +445,9 @@ class Batch:
 
         def workspace_for(job: Job) -> Path | None:
             """The student's throwaway workspace, or None after recording why this job cannot run."""
-            if job.student not in prepared:
-                sub = by_student[job.student]
-                prepared[job.student] = prepare_safely(sub, req.exercises, self.catalog, scratch)
-                describe_submission(self.out, sub, prepared[job.student])
+            if job.student not in described:
+                described.add(job.student)
+                describe_submission(dest, by_student[job.student], prepared[job.student])
             p = prepared[job.student]
             unpreparable = unpreparable_result(job.exercise, p.refused, p.missing, sandbox=self.sandbox_info,
                                                device=req.device, seed=job.seed)
@@ -372,6 +514,8 @@ class Batch:
                         replace(proc, None)
             for proc in procs:
                 proc.stop(polite=True)
+            if req.force:
+                grade_store.commit_staging(self.out, dest)
         except KeyboardInterrupt:
             outcome.interrupted = True
             signal.signal(signal.SIGINT, signal.SIG_IGN)     # the clean-up below must finish
@@ -387,6 +531,10 @@ class Batch:
                 if not proc.closed:
                     proc.stop(grace=5.0)
             shutil.rmtree(scratch, ignore_errors=True)
+            if req.force and Path(dest).is_dir():     # an interrupted --force keeps the results before it
+                shutil.rmtree(dest, ignore_errors=True)
+                outcome.notes.append("--force was interrupted: none of its new results were kept, the results "
+                                     "from before it stand (run it again to regrade)")
             if threading_main():
                 for sig, handler in saved.items():
                     signal.signal(sig, handler)
@@ -421,6 +569,9 @@ class Batch:
             for job in proc.queue:
                 if job.id == msg["start"]:
                     job.started = time.monotonic()
+                    began = getattr(self.progress, "started_check", None)    # "now: alice attention"
+                    if began is not None:
+                        began(job.student, job.exercise)
         elif "done" in msg:
             job = next((j for j in proc.queue if j.id == msg["done"]), None)
             if job is None:
@@ -462,3 +613,10 @@ def grade_class(req: GradeRequest, progress: Progress | None = None) -> Outcome:
         raise UsageError("--jobs must be at least 1", "Pass --jobs 1 or more")
     outcome = Batch(req, progress).run()
     return outcome
+
+
+def class_status(req: GradeRequest) -> Outcome:
+    """``lumen-ex grade --status``: what is up to date, stale, missing or failed, without grading."""
+    if not req.exercises:
+        raise UsageError("no exercise chosen", "Pass --exercise N (repeatable) or --all")
+    return Batch(with_changes(req, status_only=True), None).status()

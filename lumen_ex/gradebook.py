@@ -7,7 +7,9 @@ cluster-graded class gives the same files as one graded in a single run.
   ``total``, ``max``, ``percent``, ``status`` (``pass``: every exercise passed; ``fail``; ``error``: a
   check could not be graded, see ``first_failure``; ``pending``: not graded yet) and
   ``first_failure`` (the first exercise that did not pass: its first failing test and the diagnosis,
-  with the misconception when one was named) and ``commit`` (for a git checkout). Cells that came
+  with the misconception when one was named) and ``commit`` (for a git checkout), then the
+  deadline's columns (lumen_ex/late.py): ``submitted``, ``submitted_from``, ``due``, ``late_by``,
+  ``penalty`` and ``final`` (``total`` is the raw score). Cells that came
   from a submission are neutralised against spreadsheet formula injection (untrusted.csv_cell: a
   quote before every ``= + - @`` that could start a formula, after any separator too).
 - ``report.md`` and the terminal report: the score distribution, the pass rate of every hidden test,
@@ -35,10 +37,12 @@ from pathlib import Path
 from .atomic import write_atomically
 from .catalog import Exercise
 from .grade import load_document, result_path
+from . import scores
 from .results import points
 from .untrusted import csv_cell, encodable, markdown, markdown_code
 
-PSEUDO_TESTS = ("grader", "submission")      # stand-ins for a check that did not run its tests
+PSEUDO_TESTS = ("grader", "submission", "file")   # stand-ins for a check that did not run its tests
+NOT_SUBMITTED = ("skipped", "missing")        # rows with nothing graded: an entry skipped, a roster student
 BINS = 10
 
 
@@ -51,6 +55,14 @@ class StudentRow:
     status: str = "pending"
     first_failure: str = ""
     commit: str = ""
+    name: str = ""                            # the name as given (``student`` is the key, results/<key>/)
+    seed: str = ""                            # the seed its checks were graded with
+    note: str = ""                            # skipped, ambiguous, missing, not on the roster: why
+
+    @property
+    def display(self) -> str:
+        """The student's name as given ("José García"), for people to read."""
+        return self.name or self.student
 
     @property
     def percent(self) -> float | None:
@@ -88,10 +100,16 @@ class ClassReport:
     misconceptions: list[Misconception]
     needs_look: list[tuple[str, str, str]]          # (student, exercise path, reason)
     generated: str = ""
+    late: dict = field(default_factory=dict)     # student -> late.Assessment (lumen_ex/late.py)
 
     @property
     def graded(self) -> list[StudentRow]:
-        return [r for r in self.rows if r.status != "pending"]
+        return [r for r in self.rows if r.status not in ("pending", *NOT_SUBMITTED)]
+
+    @property
+    def submitted(self) -> list[StudentRow]:
+        """Every row of a submission (not a skipped entry, not a roster student who sent nothing)."""
+        return [r for r in self.rows if r.status not in NOT_SUBMITTED]
 
     def distribution(self) -> list[tuple[str, int]]:
         """Students per 10-point band of the total percentage (the last band includes 100 %)."""
@@ -105,7 +123,7 @@ class ClassReport:
     def exercise_stats(self) -> list[dict]:
         out = []
         for ex in self.exercises:
-            docs = [r.docs.get(ex.slug) for r in self.rows]
+            docs = [r.docs.get(ex.slug) for r in self.submitted]
             scores = [d["score"] for d in docs if d is not None]
             statuses = Counter(d["status"] for d in docs if d is not None)
             out.append({"exercise": ex, "graded": len(scores), "max": ex.max_score,
@@ -154,8 +172,9 @@ def build(out: Path, students: list[str], exercises: list[Exercise], title: str)
     rates: dict[tuple[str, str], TestRate] = {}
     misc: dict[tuple[str, str], Misconception] = {}
     needs_look: list[tuple[str, str, str]] = []
+    names = _names(out)
     for student in students:
-        row = StudentRow(student, {}, commit=_commit(out, student))
+        row = StudentRow(student, {}, commit=_commit(out, student), name=names.get(student, ""))
         statuses = []
         for ex in exercises:
             doc = load_document(result_path(out, student, ex))
@@ -170,7 +189,8 @@ def build(out: Path, students: list[str], exercises: list[Exercise], title: str)
             if doc["status"] != "pass" and not row.first_failure:
                 row.first_failure = first_failure(ex, doc)
             if doc["status"] == "error":
-                needs_look.append((student, ex.path, doc.get("message", "")))
+                needs_look.append((row.display, ex.path, doc.get("message", "")))
+            row.seed = row.seed or str(doc.get("seed", ""))
             for t in doc.get("tests", []):
                 if t.get("id") in PSEUDO_TESTS or t.get("status") == "skipped":
                     continue
@@ -181,9 +201,9 @@ def build(out: Path, students: list[str], exercises: list[Exercise], title: str)
             for name, hint in misconceptions_of(doc).items():
                 m = misc.setdefault((ex.slug, name), Misconception(ex, name, hint))
                 m.hint = m.hint or hint
-                m.students.append(student)
-        row.total = round(row.total, 4)
-        row.max_total = round(row.max_total, 4)
+                m.students.append(row.display)
+        _exact_totals(row, exercises)
+        _flag_ambiguous(out, row, exercises)
         if "pending" in statuses:
             row.status = "pending"
         elif "error" in statuses:
@@ -193,14 +213,93 @@ def build(out: Path, students: list[str], exercises: list[Exercise], title: str)
         else:
             row.status = "fail"
         rows.append(row)
+    rows = class_rows(out, rows, exercises)
     order = {ex.slug: i for i, ex in enumerate(exercises)}
     return ClassReport(
         title=title, exercises=exercises, rows=rows,
         rates=sorted(rates.values(), key=lambda r: (order[r.exercise.slug], r.rate, r.id)),
         misconceptions=sorted(misc.values(), key=lambda m: (-len(m.students), order[m.exercise.slug], m.id)),
         needs_look=needs_look,
+        late=_late(out, rows),
         generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     )
+
+
+def _exact_totals(row: StudentRow, exercises: list[Exercise]) -> None:
+    """The row's total and maximum as exact sums of its exercises' (lumen_ex/scores.py): the
+    scores in the row always add up to its total, and the total never exceeds the maximum."""
+    docs = [row.docs.get(ex.slug) for ex in exercises]
+    row.max_total = scores.total(d["max_score"] or ex.max_score if d is not None else ex.max_score
+                                 for d, ex in zip(docs, exercises))
+    row.total = min(scores.total(d["score"] for d in docs if d is not None), row.max_total)
+
+
+LOOK = "needs a look: "
+
+
+def _flag_ambiguous(out: Path, row: StudentRow, exercises: list[Exercise]) -> None:
+    """A submission with two candidate files for an exercise is flagged for a look (its note)."""
+    ambiguous = _submission_info(out, row.student).get("ambiguous") or {}
+    for ex in exercises:
+        why = ambiguous.get(ex.slug) if isinstance(ambiguous, dict) else None
+        if isinstance(why, str) and why:
+            row.note = LOOK + why
+
+
+def _names(out: Path) -> dict[str, str]:
+    """Key -> the name as given, from DIR/class.json (lumen_ex/grade_store.py)."""
+    from .grade_store import load_class
+
+    entries = load_class(out).get("entries") or []
+    return {e["key"]: e["name"] for e in entries if isinstance(e, dict) and "key" in e and "name" in e}
+
+
+def class_rows(out: Path, rows: list[StudentRow], exercises: list[Exercise]) -> list[StudentRow]:
+    """The graded rows, put in the roster's order when there is one (``missing`` for an enrolled
+    student with no submission, a note on submissions that match no one), then a ``skipped`` row
+    for every entry of SUBMISSIONS that was not graded, with the reason (DIR/class.json)."""
+    from .grade_store import load_class
+
+    data = load_class(out)
+    roster = data.get("roster")
+    if isinstance(roster, dict):
+        rows = _roster_rows(rows, roster, exercises)
+    blank = {ex.slug: None for ex in exercises}
+    for item in data.get("skipped") or []:
+        if isinstance(item, dict):
+            rows.append(StudentRow(str(item.get("entry", "")), dict(blank), status="skipped",
+                                   name=str(item.get("entry", "")), note=str(item.get("reason", ""))))
+    return rows
+
+
+def _roster_rows(rows: list[StudentRow], roster: dict, exercises: list[Exercise]) -> list[StudentRow]:
+    by_key = {r.student: r for r in rows}
+    ordered: list[StudentRow] = []
+    for student in roster.get("students") or []:
+        found = [by_key.pop(k) for k in student.get("keys") or [] if k in by_key]
+        for r in found:         # the name stays as the submission gives it
+            if len(found) > 1:
+                r.note = r.note or "several submissions match this student on the roster"
+        if not found and not student.get("keys"):
+            ordered.append(StudentRow("", {ex.slug: None for ex in exercises}, status="missing",
+                                      name=str(student.get("name", "")), note="on the roster, nothing was submitted",
+                                      max_total=scores.total(ex.max_score for ex in exercises)))
+        ordered += found
+    for r in by_key.values():
+        if r.student in (roster.get("unmatched") or []):
+            r.note = r.note or "not on the roster"
+        ordered.append(r)
+    return ordered
+
+
+def _submission_info(out: Path, student: str) -> dict:
+    from .grade import RESULTS, SUBMISSION_INFO
+
+    try:
+        info = json.loads((Path(out) / RESULTS / student / SUBMISSION_INFO).read_text())
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
 def _commit(out: Path, student: str) -> str:
@@ -211,6 +310,13 @@ def _commit(out: Path, student: str) -> str:
     except (OSError, ValueError, AttributeError):
         return ""
     return commit if isinstance(commit, str) else ""
+
+
+def _late(out: Path, rows: list[StudentRow]) -> dict:
+    """Student -> the deadline's effect on the total (lumen_ex/late.py; no penalty without --due)."""
+    from .late import assess_class
+
+    return assess_class(out, [(r.student, r.total, r.max_total) for r in rows])
 
 
 # -- gradebook.csv ---------------------------------------------------------------------------------
@@ -226,14 +332,31 @@ def _num(x: float) -> str:
 def gradebook_csv(report: ClassReport) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["student", *(ex.slug for ex in report.exercises), "total", "max", "percent", "status",
-                "first_failure", "commit"])
+    w.writerow(["student", "key", *(ex.slug for ex in report.exercises), "total", "max", "percent", "status",
+                "first_failure", "commit", "seed", "note", *LATE_COLUMNS])
     for r in report.rows:
         scores = ["" if r.docs[ex.slug] is None else _num(r.docs[ex.slug]["score"]) for ex in report.exercises]
-        pct = "" if r.percent is None or r.status == "pending" else f"{r.percent:.1f}"
-        w.writerow([_safe(r.student), *scores, _num(r.total), _num(r.max_total), pct, r.status,
-                    _safe(r.first_failure), _safe(r.commit)])
+        pct = "" if r.percent is None or r.status in ("pending", *NOT_SUBMITTED) else f"{r.percent:.1f}"
+        total = "" if r.status in NOT_SUBMITTED else _num(r.total)
+        most = "" if r.status == "skipped" else _num(r.max_total)
+        w.writerow([_safe(r.display), _safe(r.student), *scores, total, most, pct, r.status,
+                    _safe(r.first_failure), _safe(r.commit), r.seed, _safe(r.note),
+                    *_late_cells(report.late.get(r.student), r)])
     return buf.getvalue()
+
+
+# The deadline's columns (lumen_ex/late.py): when the student submitted and how that is known, the
+# due time, how late, the penalty in points and the final score (``total`` is the raw score).
+LATE_COLUMNS = ("submitted", "submitted_from", "due", "late_by", "penalty", "final")
+
+
+def _late_cells(a, r: StudentRow) -> list[str]:
+    from .late import SOURCES, duration_text, iso
+
+    if a is None or r.status in ("pending", *NOT_SUBMITTED):
+        return ["", "", "", "", "", ""]
+    late = duration_text(a.late_by) if a.late else ""
+    return [iso(a.submitted), SOURCES.get(a.source, a.source), iso(a.due), late, _num(a.penalty), _num(a.final)]
 
 
 # -- report.md -------------------------------------------------------------------------------------
@@ -249,7 +372,7 @@ def _pts(x: float | None) -> str:
 def report_markdown(report: ClassReport) -> str:
     graded = report.graded
     out = [f"# Class report: {_md(report.title)}", "",
-           f"{len(graded)} of {len(report.rows)} students graded on "
+           f"{len(graded)} of {len(report.submitted)} students graded on "
            + ", ".join(f"exercise {ex.number} ({ex.slug})" for ex in report.exercises)
            + f". Generated {report.generated} by `lumen-ex grade`.", ""]
     totals = [r.percent for r in graded if r.percent is not None]
@@ -291,7 +414,27 @@ def report_markdown(report: ClassReport) -> str:
         out += [f"| {_md(s)} | {_md(e)} | {_md(why)} |" for s, e, why in report.needs_look]
     else:
         out.append("None: every check ran to a verdict.")
+    out += _entries_markdown(report)
     return "\n".join(out) + "\n"
+
+
+def _entries_markdown(report: ClassReport) -> list[str]:
+    """The submissions flagged for a look (two candidate files), the entries not graded, the
+    roster's missing students and the submissions on no roster: each with its reason."""
+    out: list[str] = []
+    sections = (
+        ("Submissions flagged for a look", lambda r: r.note.startswith(LOOK), lambda r: r.note[len(LOOK):]),
+        ("Entries that were not graded", lambda r: r.status == "skipped", lambda r: r.note),
+        ("On the roster, nothing submitted", lambda r: r.status == "missing", lambda r: r.note),
+        ("Submissions that match no one on the roster", lambda r: r.note == "not on the roster",
+         lambda r: f"graded as {r.student}"),
+    )
+    for title, chosen, why in sections:
+        rows = [r for r in report.rows if chosen(r)]
+        if rows:
+            out += ["", f"## {title}", "", "| student | why |", "|---|---|"]
+            out += [f"| {_md(r.display)} | {_md(why(r))} |" for r in rows]
+    return out
 
 
 def write_outputs(out: Path, students: list[str], exercises: list[Exercise], title: str,
@@ -300,6 +443,9 @@ def write_outputs(out: Path, students: list[str], exercises: list[Exercise], tit
     report = build(out, students, exercises, title)
     write_atomically(out / "gradebook.csv", encodable(gradebook_csv(report)))
     write_atomically(out / "report.md", encodable(report_markdown(report)))
+    from lumen_ex.feedback import write_feedback
+
+    write_feedback(out, report)
     if formats:
         from lumen_ex import formats as formats_mod
         from lumen_ex.results import RunResult

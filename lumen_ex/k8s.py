@@ -12,7 +12,31 @@ Writes, under DIR/k8s/:
   sees no other student's files) and its results folder at /results.
 - ``networkpolicy.json``: no ingress, no egress for the job's pods (the equivalent of
   ``--network none``, where the cluster's network plugin enforces policies).
-- ``pvc.json``: a ReadWriteMany claim for the shared volume (or point ``claimName`` at your own).
+- ``pvc.json``: a ReadWriteMany claim for the shared volume (or point ``claimName`` at your own), of
+  the storage class ``--storage-class`` names (else the cluster's default).
+- ``helper-pod.json`` and ``copy-results.sh``: a pod that only mounts the shared volume (to copy the
+  volume in with ``kubectl cp`` before the Job, and the results out after it), and the script that
+  copies ``results/`` out into a local folder and removes the pod.
+
+One lost pod never fails the class: each index has its own retries (``backoffLimitPerIndex``), the
+Job goes on whatever number of indexes fail (``maxFailedIndexes`` = the number of students), and its
+``podFailurePolicy`` does not count a pod that was evicted or preempted (condition
+``DisruptionTarget``: it is simply run again) and counts an out-of-memory kill (exit code 137) as one
+retry of that index alone. An index that still fails is graded ``error`` ("no result from the
+cluster job") by ``--collect``; the others are kept. These fields need Kubernetes 1.29 or later.
+
+The image is referenced by digest (``REPO@sha256:...``): every pod runs exactly the image that was
+built and tested, whatever a tag points at later. A tag is resolved through the local docker's
+``RepoDigests`` (the image must have been pushed or pulled); otherwise the command refuses.
+
+Pod Security: the pods need the ``baseline`` level (namespace label
+``pod-security.kubernetes.io/enforce: baseline``), not ``restricted``: the harness runs as root
+(``runAsNonRoot: false``) and adds the capabilities SETUID, SETGID and KILL to start the learner's
+worker as the unprivileged ``lumen-worker`` user and to kill it, and ``restricted`` forbids both
+(it allows adding only NET_BIND_SERVICE and requires a non-root user). ``baseline`` allows those
+three capabilities, and everything else the pod does is within ``restricted`` anyway (no privilege
+escalation, the runtime's seccomp profile, every other capability dropped, no host namespaces or
+host paths).
 
 The pod's security context mirrors the docker backend: a read-only root file system, no privilege
 escalation, every capability dropped except SETUID and SETGID (the harness starts the learner's
@@ -45,6 +69,10 @@ INDEX_ENV = "JOB_COMPLETION_INDEX"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 HARNESS_MEMORY_MB = 1024
 MARGIN_S = 60
+RETRIES_PER_INDEX = 1             # an out-of-memory kill is retried once, for that student only
+OOM_EXIT_CODE = 137               # 128 + SIGKILL: what the kernel's out-of-memory killer leaves
+POD_SECURITY_LEVEL = "baseline"   # see the module's docstring: root + SETUID, SETGID, KILL
+_DIGEST = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 
 
 def job_name(students: list[str], exercises: list[Exercise], base: str) -> str:
@@ -72,9 +100,44 @@ exit $status
 """
 
 
+def failure_policy() -> dict:
+    """The Job's podFailurePolicy: an evicted or preempted pod is not counted (it runs again), an
+    out-of-memory kill counts one retry of that index (backoffLimitPerIndex)."""
+    return {"rules": [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        {"action": "Count", "onExitCodes": {"containerName": "grade", "operator": "In", "values": [OOM_EXIT_CODE]}},
+    ]}
+
+
+def resolve_image(image: str) -> str:
+    """``image`` as ``REPO@sha256:...``: as given when it is a digest reference, else the digest the
+    local docker knows for it (RepoDigests); UsageError when none is known."""
+    if _DIGEST.match(image):
+        return image
+    repo = image.split("@")[0]
+    repo = repo.rsplit(":", 1)[0] if ":" in repo.rsplit("/", 1)[-1] else repo
+    for digest in _repo_digests(image):
+        if digest.split("@")[0] == repo:
+            return digest
+    raise UsageError(f"the image {image} is not known by digest here",
+                     "Push it to your registry (docker push) and pass --image REPO@sha256:<digest> "
+                     "(docker image inspect --format '{{json .RepoDigests}}' IMAGE shows it)")
+
+
+def _repo_digests(image: str) -> list[str]:
+    try:
+        from lumen_ex.sandbox import engine
+
+        answer = engine.docker("image", "inspect", "--format", "{{json .RepoDigests}}", image, timeout=30)
+        return json.loads(answer.out) if answer.ok else []
+    except Exception:  # noqa: BLE001  no docker here: the caller refuses with the reason
+        return []
+
+
 def manifests(name: str, *, count: int, exercises: list[Exercise], image: str, parallelism: int,
-              claim: str, device: str = "cpu", seed: int | None = None, timeout: float | None = None) -> dict:
-    """The Job, NetworkPolicy and PersistentVolumeClaim, as plain dicts (JSON-ready)."""
+              claim: str, device: str = "cpu", seed: int | None = None, timeout: float | None = None,
+              storage_class: str | None = None) -> dict:
+    """The Job, NetworkPolicy, PersistentVolumeClaim and helper Pod, as plain dicts (JSON-ready)."""
     labels = {"app.kubernetes.io/name": "lumen-ex-grade", "app.kubernetes.io/instance": name}
     memory_mb = max(ex.limits.memory_mb for ex in exercises) + HARNESS_MEMORY_MB
     per_pod = int(timeout * len(exercises)) if timeout else pod_seconds(exercises)
@@ -124,8 +187,11 @@ def manifests(name: str, *, count: int, exercises: list[Exercise], image: str, p
             "completionMode": "Indexed",
             "completions": count,
             "parallelism": parallelism,
-            "backoffLimit": max(3, math.ceil(count / 10)),
-            "activeDeadlineSeconds": math.ceil(count / parallelism) * per_pod + 600,
+            "backoffLimitPerIndex": RETRIES_PER_INDEX,
+            "maxFailedIndexes": count,
+            "podFailurePolicy": failure_policy(),
+            # room for each index's retry, so that the Job's own deadline never ends the class early
+            "activeDeadlineSeconds": math.ceil(count / parallelism) * per_pod * (1 + RETRIES_PER_INDEX) + 600,
             "ttlSecondsAfterFinished": 7 * 24 * 3600,
             "template": {
                 "metadata": {"labels": labels},
@@ -158,12 +224,64 @@ def manifests(name: str, *, count: int, exercises: list[Exercise], image: str, p
         "metadata": {"name": claim, "labels": labels},
         "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "2Gi"}}},
     }
-    return {"job": job, "networkpolicy": policy, "pvc": pvc}
+    if storage_class:
+        pvc["spec"]["storageClassName"] = storage_class
+    return {"job": job, "networkpolicy": policy, "pvc": pvc,
+            "helper-pod": helper_pod(name, image=image, claim=claim, labels=labels)}
+
+
+def helper_pod(name: str, *, image: str, claim: str, labels: dict) -> dict:
+    """A pod that mounts the shared volume at /volume and waits: ``kubectl cp`` goes through it (the
+    grader image has ``tar``). It runs no learner code; it is as locked down as the Job's pods,
+    without even their capabilities, and it stays within the network policy."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{name}-helper"[:63], "labels": {**labels, "app.kubernetes.io/component": "helper"}},
+        "spec": {
+            "restartPolicy": "Never",
+            "activeDeadlineSeconds": 4 * 3600,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "helper",
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["/bin/sh", "-c", "sleep 14400"],
+                "securityContext": {"runAsUser": 0, "runAsNonRoot": False, "privileged": False,
+                                    "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                    "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "DAC_OVERRIDE", "FOWNER"]},
+                                    "seccompProfile": {"type": "RuntimeDefault"}},
+                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
+                              "limits": {"cpu": "1", "memory": "256Mi"}},
+                "volumeMounts": [{"name": "shared", "mountPath": "/volume"}],
+            }],
+            "volumes": [{"name": "shared", "persistentVolumeClaim": {"claimName": claim}}],
+        },
+    }
+
+
+COPY_SCRIPT = """\
+#!/bin/sh
+# Copy the results of the lumen-ex Job {job} out of the shared volume, then remove the helper pod.
+# Written by `lumen-ex grade --emit k8s` (lumen_ex/k8s.py). Usage: sh copy-results.sh [DEST]
+# DEST defaults to ./cluster-results; then run `lumen-ex grade ... --collect DEST`.
+set -eu
+dest="${{1:-cluster-results}}"
+here="$(cd "$(dirname "$0")" && pwd)"
+kubectl apply -f "$here/helper-pod.json"
+kubectl wait --for=condition=Ready pod/{pod} --timeout=300s
+kubectl cp {pod}:/volume/results "$dest"
+kubectl delete pod {pod} --wait=false
+echo "results copied to $dest: run lumen-ex grade SUBMISSIONS --all --out DIR --collect $dest"
+"""
 
 
 def emit_manifests(submissions: Path, out: Path, exercises: list[Exercise], *, image: str | None = None,
                    parallelism: int = 4, device: str = "cpu", students: tuple[str, ...] = (),
-                   timeout: float | None = None, seed: int | None = None) -> list[Path]:
+                   timeout: float | None = None, seed: int | None = None,
+                   storage_class: str | None = None) -> list[Path]:
     """Prepare the shared volume's contents and write the manifests; return the files written."""
     from .atomic import write_atomically
     from .submissions import discover, prepare
@@ -180,6 +298,7 @@ def emit_manifests(submissions: Path, out: Path, exercises: list[Exercise], *, i
         from lumen_ex.image import default_ref
 
         image = default_ref()
+    image = resolve_image(image)
     base = Path(out) / K8S
     volume = base / "volume"
     if volume.exists():
@@ -204,13 +323,19 @@ def emit_manifests(submissions: Path, out: Path, exercises: list[Exercise], *, i
     names = [s.student for s in subs]
     name = job_name(names, exercises, Path(submissions).resolve().name)
     docs = manifests(name, count=len(subs), exercises=exercises, image=image, parallelism=parallelism,
-                     claim=f"{name}-volume"[:63], device=device, seed=seed, timeout=timeout)
+                     claim=f"{name}-volume"[:63], device=device, seed=seed, timeout=timeout,
+                     storage_class=storage_class)
     written = []
     for key, doc in docs.items():
         path = base / f"{key}.json"
         write_atomically(path, json.dumps(doc, indent=2) + "\n")
         written.append(path)
+    script = base / "copy-results.sh"
+    write_atomically(script, COPY_SCRIPT.format(job=name, pod=docs["helper-pod"]["metadata"]["name"]))
+    script.chmod(0o755)
+    written.append(script)
     index["job"] = name
+    index["pod_security"] = POD_SECURITY_LEVEL
     write_atomically(base / "index.json", json.dumps(index, indent=2) + "\n")
     written += [base / "index.json", volume]
     return written
@@ -233,7 +358,8 @@ def collect_results(req, results_dir: Path):
     info = SandboxInfo("docker", True, {}, f"graded by the Kubernetes job {index.get('job', '')}")
     for i, student in enumerate(index["students"]):
         for ex in req.exercises:
-            if not req.force and load_document(result_path(req.out, student, ex)) is not None:
+            kept = load_document(result_path(req.out, student, ex))
+            if not req.force and kept is not None and kept.get("status") != "error":   # errors are retried
                 outcome.resumed += 1
                 continue
             result = unpreparable_result(ex, index.get("refused", {}).get(student, ""),

@@ -109,7 +109,8 @@ FLOAT64_EVIDENCE = 1e-9      # the match tolerance of float64 values (graders/su
 
 
 def summarise_misconceptions(tests: list[TestResult]) -> list[dict[str, Any]]:
-    """The mistakes named by value comparisons across a run, the most consistent first.
+    """The mistakes named by value comparisons across a run that explain it: each matched more
+    than half of the run's failing value tests (at most one can), the most consistent first.
 
     Each entry: ``id``; ``sentence`` (what the output equals and what to do); ``matched``, the number
     of value tests (tests whose values differed from the reference) that named it; ``of``, the number
@@ -136,7 +137,11 @@ def summarise_misconceptions(tests: list[TestResult]) -> list[dict[str, Any]]:
             tol = d.details.get("variant_tolerance")
             if isinstance(tol, (int, float)) and tol <= FLOAT64_EVIDENCE:
                 entry["max_error_float64"] = max(entry.get("max_error_float64", 0.0), float(err))
-    return sorted(found.values(), key=lambda e: (-e["matched"], e["max_error"], e["id"]))
+    # A likely mistake explains the run: it is named only when it matched most of the failing value
+    # tests (more than half). One that matched 1 of 10 explains nothing; the test that matched it
+    # shows it as what was seen there (cli/render.py), without a guess for the run.
+    explaining = [e for e in found.values() if 2 * e["matched"] > len(value_tests)]
+    return sorted(explaining, key=lambda e: (-e["matched"], e["max_error"], e["id"]))
 
 
 def _could_show(diag: Diagnosis, misconception: str) -> bool:

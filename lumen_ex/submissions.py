@@ -1,8 +1,10 @@
 """A class's submissions, read without trusting any of them.
 
 ``SUBMISSIONS`` holds one entry per student: a folder (a lumen-ex workspace, a git checkout, or just
-the exercise files), or a ``.zip`` of one. The student's name is the entry's name (``alice``,
-``alice.zip`` -> ``alice``), made safe for a file name.
+the exercise files), or a ``.zip`` of one. The student's name is the entry's name as given
+(``José García.zip`` -> ``José García``); its key, the folder of its results, is a file-system-safe
+form of it (``Jose_Garcia``), unique in the class (:func:`discover_entries`). Any other entry (a
+``.tar.gz``, a loose ``.py``, a notebook, a hidden folder) is :class:`Skipped`, with the reason.
 
 Nothing in a submission is graded where it lies. For each student a throwaway workspace is made
 in a scratch folder: the marker file, and for each exercise the learner's file at its catalogue path
@@ -32,11 +34,13 @@ which fails that exercise alone. Nothing a submission holds can hang or crash th
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
 import stat
 import time
+import unicodedata
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -108,9 +112,21 @@ def _is_real_dir(entry: os.DirEntry) -> bool:
 
 @dataclass
 class Submission:
-    student: str                  # safe for a file name; unique in the class
+    student: str                  # the key: safe for a file name, unique in the class (results/<key>/)
     source: Path                  # the entry in SUBMISSIONS
     kind: str                     # "folder", "git" or "zip"
+    name: str = ""                # the name as given (the entry's, without .zip): what people read
+
+    def __post_init__(self):
+        self.name = self.name or self.student
+
+
+@dataclass
+class Skipped:
+    """An entry of SUBMISSIONS that is not graded, and why (it still gets a gradebook row)."""
+
+    entry: str
+    reason: str
 
 
 @dataclass
@@ -122,39 +138,100 @@ class Prepared:
     refused: str = ""                                         # the whole submission was unreadable
     found: dict[str, str] = field(default_factory=dict)       # exercise slug -> where it was found
     commit: str = ""                                          # a git checkout's commit, when known
+    ambiguous: dict[str, str] = field(default_factory=dict)   # exercise slug -> the candidate files
+
+
+AMBIGUOUS = "several files could be"      # how :func:`locate` starts the reason for two candidates
+
+
+def given_name(raw: str) -> str:
+    """The student's name as the entry gives it: ``José García.zip`` -> ``José García``."""
+    return raw[:-4] if raw.lower().endswith(".zip") else raw
+
+
+def student_key(raw: str) -> str:
+    """A file-system-safe form of a name (accents folded, other characters ``_``): the folder
+    name under DIR/results. ``José García`` -> ``Jose_Garcia``; an NFD ``Zoë`` -> ``Zoe``."""
+    folded = "".join(c for c in unicodedata.normalize("NFKD", raw) if not unicodedata.combining(c))
+    name = _UNSAFE_NAME.sub("_", folded).lstrip(".")[:100]
+    return name or "student"
 
 
 def student_name(raw: str) -> str:
-    name = raw[:-4] if raw.lower().endswith(".zip") else raw
-    name = _UNSAFE_NAME.sub("_", name).lstrip(".")[:100]
-    return name or "student"
+    """The key of an entry (``alice.zip`` -> ``alice``)."""
+    return student_key(given_name(raw))
+
+
+SKIP_REASONS = (
+    ((".tar.gz", ".tgz", ".tar", ".7z", ".rar", ".gz", ".bz2", ".xz"),
+     "an archive lumen-ex does not unpack: only folders and .zip files are graded (unpack it into a folder)"),
+    ((".ipynb",), "a Jupyter notebook: export the exercise's code to its .py file, in a folder or a .zip"),
+    ((".py",), "a loose .py file: put the student's files in a folder (or a .zip) named after the student"),
+)
+
+
+def skip_reason(entry: Path) -> str:
+    """Why an entry that is neither a folder nor a .zip (or is hidden) is not graded."""
+    lower = entry.name.lower()
+    if entry.name.startswith("."):
+        return "a hidden entry (its name starts with a dot): rename it if it is a submission"
+    for suffixes, reason in SKIP_REASONS:
+        if lower.endswith(suffixes):
+            return reason
+    return "not a folder or a .zip"
 
 
 def discover(folder: Path, *, exclude: tuple[Path, ...] = ()) -> tuple[list[Submission], list[str]]:
     """One :class:`Submission` per entry of ``folder`` (sorted by name), and notes on what was ignored."""
+    subs, skipped, notes = discover_entries(folder, exclude=exclude)
+    return subs, [f"ignored {s.entry}: {s.reason}" for s in skipped] + notes
+
+
+def discover_entries(folder: Path, *, exclude: tuple[Path, ...] = ()
+                     ) -> tuple[list[Submission], list[Skipped], list[str]]:
+    """The submissions of ``folder``, the entries skipped (with the reason), and notes.
+
+    Keys never depend on the order of the entries or on which came first: an entry whose key is
+    unique gets it; entries whose keys collide (``lee/`` and ``lee.zip``, ``José`` and ``Jose``)
+    are keyed by their whole entry name (``lee``, ``lee.zip``) and, if that still collides, by a
+    short hash of it. A result stored under a key also records which entry it is of
+    (lumen_ex/grade_store.py), so no entry ever inherits another's result."""
     folder = Path(folder)
     excluded = {p.resolve() for p in exclude}
-    subs: list[Submission] = []
-    notes: list[str] = []
-    taken: set[str] = set()
+    found: list[tuple[Path, str]] = []
+    skipped: list[Skipped] = []
     for entry in sorted(folder.iterdir(), key=lambda p: p.name):
-        if entry.name.startswith(".") or entry.resolve() in excluded:
-            continue
-        if entry.is_dir():
-            kind = "git" if (entry / ".git").exists() else "folder"
-        elif entry.name.lower().endswith(".zip"):
-            kind = "zip"        # even if it is no regular file: then it is refused, with a row
-        else:
-            notes.append(f"ignored {entry.name}: not a folder or a .zip")
-            continue
-        name = base = student_name(entry.name)
-        n = 2
-        while name in taken:
-            name, n = f"{base}~{n}", n + 1
-        if name != base:
-            notes.append(f"{entry.name} is graded as {name}: another entry has the same name")
-        taken.add(name)
-        subs.append(Submission(name, entry, kind))
+        if entry.resolve() in excluded or entry.name in SKIP_DIRS:
+            continue        # the output folder, a .git or __pycache__ of SUBMISSIONS itself
+        hidden = entry.name.startswith(".")
+        if entry.is_dir() and not hidden:
+            found.append((entry, "git" if (entry / ".git").exists() else "folder"))
+        elif entry.name.lower().endswith(".zip") and not hidden:
+            found.append((entry, "zip"))    # even if it is no regular file: then it is refused, with a row
+        elif not hidden or entry.is_dir():  # hidden files (.DS_Store) are no one's submission
+            skipped.append(Skipped(entry.name, skip_reason(entry)))
+    subs, notes = _keyed(found)
+    return subs, skipped, notes
+
+
+def _keyed(found: list[tuple[Path, str]]) -> tuple[list[Submission], list[str]]:
+    """A unique key for every entry (see :func:`discover_entries`)."""
+    base = {entry: student_name(entry.name) for entry, _ in found}
+    counts: dict[str, int] = {}
+    for key in base.values():
+        counts[key] = counts.get(key, 0) + 1
+    keys = {e: (k if counts[k] == 1 else student_key(e.name)) for e, k in base.items()}
+    seen: dict[str, int] = {}
+    for key in keys.values():
+        seen[key] = seen.get(key, 0) + 1
+    subs, notes = [], []
+    for entry, kind in found:
+        key = keys[entry]
+        if seen[key] > 1:
+            key = f"{key[:90]}-{hashlib.sha256(entry.name.encode(errors='surrogateescape')).hexdigest()[:8]}"
+        if counts[base[entry]] > 1:
+            notes.append(f"{entry.name} and another entry have the same name: its results are under {key}")
+        subs.append(Submission(key, entry, kind, name=given_name(entry.name)))
     return subs, notes
 
 
@@ -301,7 +378,7 @@ def locate(root: Path, ex: Exercise, budget: Budget | None = None) -> tuple[Path
         return None, f"no {ex.path} in the submission"
     if len(found) > 1:
         listed = ", ".join(str(p.relative_to(root)) for p in found[:4])
-        return None, f"several files could be {ex.path}: {listed}"
+        return None, f"{AMBIGUOUS} {ex.path}: {listed}"
     return _checked(found[0], root)
 
 
@@ -350,6 +427,7 @@ def prepare(sub: Submission, exercises: list[Exercise], catalog: Catalog, scratc
         prepared.refused = f"the submission {sub.source.name} was refused: {exc}"
         prepared.found.clear()
         prepared.missing.clear()
+        prepared.ambiguous.clear()
     return prepared
 
 
@@ -372,6 +450,8 @@ def _fill(prepared: Prepared, sub: Submission, exercises: list[Exercise], catalo
         path, why = locate(root, ex, budget)
         if path is None:
             prepared.missing[ex.slug] = _link_reason(ex, links) or why
+            if why.startswith(AMBIGUOUS):
+                prepared.ambiguous[ex.slug] = why
             continue
         try:
             _copy_exercise(path, root, ex, prepared.workspace, budget)

@@ -109,7 +109,8 @@ class _Binds:
     def __init__(self, staged: bool):
         self.staged = staged
         self.pairs: list[tuple[str, str]] = []
-        self.stage = tempfile.mkdtemp(prefix="lumen-ex-stage-") if staged else ""
+        # the pid in the name lets the next run remove a stage left by a kill -9 (lumen_ex/leftovers.py)
+        self.stage = tempfile.mkdtemp(prefix=f"lumen-ex-stage-{os.getpid()}-") if staged else ""
         if staged:
             os.chmod(self.stage, 0o755)
 

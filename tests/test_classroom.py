@@ -33,6 +33,7 @@ from test_grade import grade, make_class
 CAT = catalog.load()
 EX1 = CAT.find(1)
 SCHEMAS = Path(__file__).parent / "schemas"
+IMAGE = "registry.example/lumen-ex-grader@sha256:" + "ab" * 32
 
 
 def yaml_python() -> str | None:
@@ -66,13 +67,15 @@ def test_init_ci_github_writes_a_workflow_that_runs(tmp_path):
     wf = load_yaml(path)
     assert set(wf.get("on") or wf.get("true")) == {"push", "pull_request", "workflow_dispatch"}   # PyYAML reads `on` as true
     assert wf["permissions"]["contents"] == "read"
-    job = wf["jobs"]["check"]
-    assert job["runs-on"] == "ubuntu-latest" and job["env"]["LUMEN_EX_SPEC"] == "${{ vars.LUMEN_EX_SPEC || 'lumen-ex' }}"
+    assert wf["name"] == "Autograding Tests"
+    job = wf["jobs"]["run-autograding-tests"]
+    assert job["runs-on"] == "ubuntu-latest" and job["env"]["LUMEN_EX_SPEC"] == "${{ vars.LUMEN_EX_SPEC || '' }}"
     steps = job["steps"]
     install = next(s for s in steps if s.get("id") == "install")
     lines = install["run"].splitlines()
     assert lines[0] == "python -m pip install torch --index-url https://download.pytorch.org/whl/cpu"
-    assert lines[1] == 'python -m pip install "$LUMEN_EX_SPEC"'        # the CPU build of torch comes first
+    assert lines[1].startswith('if [ -z "$LUMEN_EX_SPEC" ]; then echo "::error')   # no spec: a clear error
+    assert lines[2] == 'python -m pip install "$LUMEN_EX_SPEC"'        # the CPU build of torch comes first
     checks = [s for s in steps if s.get("run", "").startswith("lumen-ex check")]
     assert [s["run"] for s in checks] == [f"lumen-ex check {ex.number} --format github --device cpu"
                                           for ex in CAT.exercises]
@@ -108,7 +111,7 @@ def emitted(tmp_path_factory):
     subs = make_class(root)
     out = root / "out"
     proc = grade([str(subs), "-e", "1", "--out", str(out), "--emit", "k8s", "--jobs", "3",
-                  "--image", "registry.example/lumen-ex-grader:0.1.0"], root)
+                  "--image", IMAGE], root)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return root, subs, out, proc
 
@@ -117,11 +120,12 @@ def test_emit_k8s_writes_valid_manifests(emitted):
     jsonschema = pytest.importorskip("jsonschema")
     root, subs, out, proc = emitted
     base = out / "k8s"
-    assert sorted(p.name for p in base.iterdir()) == ["index.json", "job.json", "networkpolicy.json", "pvc.json",
-                                                      "volume"]
+    assert sorted(p.name for p in base.iterdir()) == ["copy-results.sh", "helper-pod.json", "index.json", "job.json",
+                                                      "networkpolicy.json", "pvc.json", "volume"]
     assert not (out / "results").exists(), "--emit k8s must not grade"
     schema = json.loads((SCHEMAS / "k8s-subset.schema.json").read_text())
-    docs = {name: json.loads((base / f"{name}.json").read_text()) for name in ("job", "networkpolicy", "pvc")}
+    docs = {name: json.loads((base / f"{name}.json").read_text())
+            for name in ("job", "networkpolicy", "pvc", "helper-pod")}
     for doc in docs.values():
         jsonschema.validate(doc, schema)
     job, policy, pvc = docs["job"], docs["networkpolicy"], docs["pvc"]
@@ -131,12 +135,12 @@ def test_emit_k8s_writes_valid_manifests(emitted):
     spec = job["spec"]
     assert (job["apiVersion"], job["kind"]) == ("batch/v1", "Job")
     assert spec["completionMode"] == "Indexed" and spec["completions"] == 5 and spec["parallelism"] == 3
-    assert spec["backoffLimit"] >= 1 and spec["activeDeadlineSeconds"] > spec["template"]["spec"]["activeDeadlineSeconds"]
+    assert spec["backoffLimitPerIndex"] >= 1 and spec["activeDeadlineSeconds"] > spec["template"]["spec"]["activeDeadlineSeconds"]
     pod = spec["template"]["spec"]
     assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is False
     assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
     (container,) = pod["containers"]
-    assert container["image"] == "registry.example/lumen-ex-grader:0.1.0"
+    assert container["image"] == IMAGE
     sc = container["securityContext"]
     assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
     assert sc["privileged"] is False and sc["capabilities"] == {"drop": ["ALL"], "add": ["SETUID", "SETGID", "KILL"]}

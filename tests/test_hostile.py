@@ -226,8 +226,17 @@ def test_attack_fails(tmp_path, name, sandbox):
 # Attacks with checks of their own
 
 
+@pytest.fixture
+def scan_blind(monkeypatch):
+    """The source scan's refusals switched off (harness/source_scan.py refuses `import os` and the
+    like, so it would stop these attacks before the sandbox is tested): each layer proven alone."""
+    from lumen_ex.harness.source_scan import SourceScan
+
+    monkeypatch.setattr(SourceScan, "unverifiable", lambda self, fn: [])
+
+
 @pytest.mark.parametrize("sandbox", ["bwrap", "none"])
-def test_exit_after_fake_pass_line(tmp_path, control, sandbox):
+def test_exit_after_fake_pass_line(tmp_path, control, sandbox, scan_blind):
     """os._exit(0) after a fake pytest summary: that test crashes, the worker restarts, and every
     other test is still graded on its own merits."""
     run = check(tmp_path, "exit_after_fake_pass", sandbox)
@@ -337,7 +346,7 @@ def _causal_got(run: Run) -> float:
     return t.diagnosis.details["got_value"]
 
 
-def test_hidden_files_are_invisible_in_the_sandbox(tmp_path):
+def test_hidden_files_are_invisible_in_the_sandbox(tmp_path, scan_blind):
     """The probe's causal_mask is all True when it found the hidden suite or reference, else all
     False: the first wrong value it gets reported for says which."""
     run = check(tmp_path, "probe_hidden_files", "bwrap", select="test_causal_mask")
@@ -347,7 +356,7 @@ def test_hidden_files_are_invisible_in_the_sandbox(tmp_path):
     assert "PROBE found 0" in output, output[:2000]
 
 
-def test_probe_does_find_the_files_when_not_isolated(tmp_path):
+def test_probe_does_find_the_files_when_not_isolated(tmp_path, scan_blind):
     """Positive control for the probe above: without a sandbox the same code finds them."""
     run = check(tmp_path, "probe_hidden_files", "none", select="test_causal_mask")
     assert_defeated(run)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -185,6 +186,7 @@ def shard_main(jobs_file: str, out_file: str) -> None:
         gc.collect()
     if ahead is not None:
         ahead.kill()
+    shutil.rmtree(tmp, ignore_errors=True)
     Path(out_file).write_text(json.dumps(results))
 
 
@@ -214,11 +216,17 @@ def run_shards(jobs: list[Job], seeds, tmp: Path) -> dict[str, list[dict]]:
         procs.append((subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=log, stderr=log,
                                        env={**os.environ, "OMP_NUM_THREADS": "1"}), out_file, log))
     results = {}
-    for proc, out_file, log in procs:
-        proc.wait(timeout=1800)
-        log.close()
-        assert proc.returncode == 0, (tmp / log.name).read_text()[-3000:]
-        results.update(json.loads(out_file.read_text()))
+    try:
+        for proc, out_file, log in procs:
+            proc.wait(timeout=1800)
+            log.close()
+            assert proc.returncode == 0, Path(log.name).read_text()[-3000:]
+            results.update(json.loads(out_file.read_text()))
+    finally:
+        for proc, _, _ in procs:   # our own shards, should one be left running after a failure
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     return results
 
 
@@ -230,12 +238,18 @@ def flips(runs: list[dict]) -> list[str]:
     for r in runs[1:]:
         for key in ("status", "score", "tests", "notes"):
             if r[key] != first[key]:
-                changed = ([f"{a[0]}: {a[1]} -> {b[1]}" for a, b in zip(first[key], r[key]) if a != b]
-                           if key == "tests" else
-                           [f"{t}: {first[key].get(t)!r} -> {r[key].get(t)!r}" for t in sorted(set(first[key]) | set(r[key]))
-                            if first[key].get(t) != r[key].get(t)] if key == "notes" else [f"{first[key]} -> {r[key]}"])
-                problems.append(f"seed {first['seed']} vs {r['seed']}: {key} {'; '.join(changed)}")
+                problems.append(f"seed {first['seed']} vs {r['seed']}: {key} "
+                                + "; ".join(differences(first[key], r[key])))
     return problems
+
+
+def differences(a, b) -> list[str]:
+    """The parts of two verdict fields that differ: per test for test lists and note maps."""
+    if isinstance(a, list):        # [[test id, status], ...]
+        return [f"{x[0]}: {x[1]} -> {y[1]}" for x, y in zip(a, b) if x != y] or [f"{len(a)} -> {len(b)} tests"]
+    if isinstance(a, dict):        # {test id: note}
+        return [f"{t}: {a.get(t)!r} -> {b.get(t)!r}" for t in sorted(set(a) | set(b)) if a.get(t) != b.get(t)]
+    return [f"{a} -> {b}"]
 
 
 @pytest.fixture(scope="module")

@@ -28,23 +28,19 @@ assert NO_SCALE != REFERENCE
 # Wrong (no scale), and leaves a mark in the worker process when imported.
 MARKS_THE_WORKER = NO_SCALE + """
 
-import builtins as _builtins
-
-_builtins.lumen_was_here = True
+torch.lumen_was_here = True
 """
 
 # Correct, but only in a worker that nothing imported into before: a reused worker would still
 # hold the mark (or the first module itself, cached), and this check would fail.
 CORRECT_IN_A_FRESH_WORKER = REFERENCE + """
 
-import builtins as _builtins
-
 _reference = scaled_dot_product_attention
 
 
 def scaled_dot_product_attention(q, k, v, mask=None):
     out, weights = _reference(q, k, v, mask)
-    return (out + 1 if getattr(_builtins, "lumen_was_here", False) else out), weights
+    return (out + 1 if getattr(torch, "lumen_was_here", False) else out), weights
 """
 
 CHANGE_TIMEOUT = 10.0

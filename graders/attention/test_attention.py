@@ -15,6 +15,7 @@ import torch
 from lumen_ex.graders.support import expect, inputs, pictures
 from lumen_ex.graders.support.expect import Expected, Tolerance, fail
 from lumen_ex.reference import attention as ref
+from lumen_ex.results import CheckFailed
 
 from .variants import causal_variants, output_variants
 
@@ -171,8 +172,14 @@ def test_values_realistic_size(submission, seed, device):
 # Masks
 
 
+# Every mask shape the contract allows ("broadcasts to (..., L_q, L_k)"), for q, k, v (B, H, L, d):
+# full (B, H, L_q, L_k); broadcast (L_q, L_k), one for all; heads (B, 1, L_q, L_k), one per batch
+# item; per-head (H, L_q, L_k), one per head; padding (B, 1, 1, L_k), keys hidden from every query.
+MASK_KINDS = ["full", "broadcast", "heads", "per-head", "padding"]
+
+
 @pytest.mark.group("masks")
-@pytest.mark.parametrize("kind", ["full", "broadcast", "heads"])
+@pytest.mark.parametrize("kind", MASK_KINDS)
 def test_mask(submission, seed, device, kind):
     """a bool mask hides the keys marked False"""
     check_attention(submission, inputs.attention_case(seed, mask=kind), device=device)
@@ -200,16 +207,35 @@ def test_masked_weights_are_zero(submission, seed, device):
 
 
 @pytest.mark.group("causal")
-@pytest.mark.parametrize("L_q,L_k", [(6, None), (4, 7), (1, 5), (5, 5)], ids=["square", "rectangular", "single-query", "explicit-square"])
+@pytest.mark.parametrize("L_q,L_k", [(6, None), (4, 7), (1, 5), (5, 5), (5, 3)],
+                         ids=["square", "rectangular", "single-query", "explicit-square", "more-queries"])
 def test_causal_mask(submission, device, L_q, L_k):
     """causal_mask: bool, aligned bottom-right"""
+    # more-queries: L_q > L_k, so queries 0 .. L_q - L_k - 1 sit before the first key and see none:
+    # their rows are all False (exercises/01-attention/README.md, "Rows with no allowed key").
     got = submission.causal_mask(L_q, L_k) if L_k is not None else submission.causal_mask(L_q)
     L_k = L_q if L_k is None else L_k
     expected = ref.causal_mask(L_q, L_k)
     sizes = {"L_q": L_q, "L_k": L_k} if L_q != L_k else {"L": L_q}
     axes = ("L_q", "L_k") if L_q != L_k else ("L", "L")
-    expect.tensor(got, expected, what="causal_mask", axes=axes, sizes=sizes, dtype=torch.bool,
-                  device="cpu", tol=EXACT, variants=lambda: causal_variants(L_q, L_k))
+    try:
+        expect.tensor(got, expected, what="causal_mask", axes=axes, sizes=sizes, dtype=torch.bool,
+                      device="cpu", tol=EXACT, variants=lambda: causal_variants(L_q, L_k))
+    except CheckFailed as exc:
+        _name_dropped_rows(exc.diagnosis, L_q, L_k)
+        raise
+
+
+def _name_dropped_rows(diag, L_q: int, L_k: int) -> None:
+    """A (rows, L_k) mask with fewer than L_q rows when L_q > L_k: the rows that see no key were
+    left out (e.g. the last L_q rows of a square (L_k, L_k) mask, of which there are only L_k)."""
+    got = diag.got if diag.kind == "shape" and isinstance(diag.got, list) else []
+    if L_q > L_k and len(got) == 2 and got[1] == L_k and got[0] < L_q:
+        diag.misconception = "causal-empty-rows-dropped"
+        diag.hint = (f"causal_mask({L_q}, {L_k}) has {L_q} rows, one per query: the first {L_q - L_k} queries "
+                     "sit before the first key and see none, so their rows are all False. Build the mask from "
+                     "positions, torch.arange(L_k)[None, :] <= torch.arange(L_q)[:, None] + (L_k - L_q), not by "
+                     "slicing a square one")
 
 
 @pytest.mark.group("causal")
@@ -219,6 +245,41 @@ def test_causal_mask_on_device(submission, device):
     expect.tensor(got, ref.causal_mask(3, 5), what="causal_mask", axes=("L_q", "L_k"),
                   sizes={"L_q": 3, "L_k": 5}, dtype=torch.bool, device=device, tol=EXACT,
                   variants=lambda: causal_variants(3, 5))
+
+
+@pytest.mark.group("causal")
+def test_causal_mask_on_meta(submission):
+    """causal_mask honours device= (checked on meta)"""
+    # The meta device exists on every machine: its tensors have a shape, a dtype and a device but no
+    # data, and they come back through the pipe as such (harness/wire.py), so a causal_mask that
+    # ignores device= fails here without a GPU. The values are test_causal_mask's.
+    got = submission.call("causal_mask", (3, 5), {"device": torch.device("meta")}, device="meta").value
+    try:
+        expect.tensor(got, ref.causal_mask(3, 5), what="causal_mask", axes=("L_q", "L_k"),
+                      sizes={"L_q": 3, "L_k": 5}, dtype=torch.bool, device="meta", tol=EXACT)
+    except CheckFailed as exc:
+        if exc.diagnosis.kind == "device":
+            exc.diagnosis.summary = (f"causal_mask(3, 5, device=torch.device('meta')) returned a tensor on "
+                                     f"{exc.diagnosis.got}: the device argument was ignored")
+            exc.diagnosis.misconception = "causal-device-ignored"
+            exc.diagnosis.hint = ("Create every tensor in causal_mask with device=device: "
+                                  "torch.ones(L_q, L_k, dtype=torch.bool, device=device), "
+                                  "torch.arange(L_k, device=device).")
+        raise
+
+
+@pytest.mark.group("dtypes")
+def test_runs_on_meta(submission, seed):
+    """works on the inputs' device (checked on meta)"""
+    # q, k, v and the mask on meta: a tensor created without device=q.device (a mask, a bias, a
+    # scale) then meets them in one operation and torch raises (named "new-tensor-device"), as it
+    # would on a GPU. Meta tensors have no values: shape, dtype and device are checked here.
+    case = inputs.attention_case(seed, mask="broadcast")
+    _, (out, weights) = attend(submission, case, device="meta")
+    exp_out, exp_w = ref.scaled_dot_product_attention(case.q, case.k, case.v, case.mask)
+    expect.tensors([Expected(out, exp_out, "output", case.axes("L_q", "d_v")),
+                    Expected(weights, exp_w, "weights", case.axes("L_q", "L_k"))],
+                   sizes=case.sizes, dtype=torch.float32, device="meta")
 
 
 @pytest.mark.group("causal")

@@ -31,6 +31,13 @@ def _attend(q, k, v, mask=None, *, scale=None, dim=-1, how="fill"):
     return weights @ v, weights
 
 
+def _scale_after_softmax(q, k, v, mask=None):
+    """The softmax of the unscaled scores, multiplied by 1/sqrt(d_k) afterwards: rows sum to 1/sqrt(d_k)."""
+    _, weights = _attend(q, k, v, mask, scale=1.0)                  # (..., L_q, L_k), rows sum to 1
+    weights = weights / math.sqrt(q.size(-1))                       # (..., L_q, L_k), rows sum to 1/sqrt(d_k)
+    return weights @ v, weights                                     # (..., L_q, d_v), (..., L_q, L_k)
+
+
 def _scores_as_weights(q, k, v, mask=None):
     """The correct output, but the (scaled, masked) scores returned in place of the weights."""
     out, _ = _attend(q, k, v, mask)
@@ -69,6 +76,9 @@ def output_variants(q, k, v, mask=None, *, which: int = 0, dtype: torch.dtype | 
          "divide by it instead", _attend(q, k, v, mask, scale=math.sqrt(d_k))),
         ("scale-1/sqrt(d_v)", "your {what} {equals} attention scaled by 1/sqrt(d_v)",
          "use the key width d_k = q.size(-1), not the value width", _attend(q, k, v, mask, scale=1 / math.sqrt(d_v))),
+        ("scale-after-softmax", "your {what} {equals} attention scaled by 1/sqrt(d_k) after the softmax, so each "
+         "row of weights sums to 1/sqrt(d_k), not 1", "scale the scores before the softmax: "
+         "softmax(q @ k.transpose(-2, -1) / math.sqrt(d_k))", _scale_after_softmax(q, k, v, mask)),
         ("softmax-over-queries", "your {what} {equals} a softmax over the queries (dim=-2)",
          "normalise over the keys with dim=-1", _attend(q, k, v, mask, dim=-2)),
         ("weights-are-scores", "your {what} {equals} the scaled scores q k^T / sqrt(d_k), not the softmax of them",
@@ -99,7 +109,10 @@ def output_variants(q, k, v, mask=None, *, which: int = 0, dtype: torch.dtype | 
                           f"overflows in {str(dtype).removeprefix('torch.')}",
                           "subtract each row's maximum score before exp (torch.softmax does it for you)", naive))
     what, equals = (("output", "equals"), ("weights", "equal"))[which]
-    return [Variant(name, sentence.format(what=what, equals=equals), pair[which], fix) for name, sentence, fix, pair in cands]
+    # A variant that is NaN everywhere names nothing (any NaN would match it): a softmax over the
+    # queries or the heads with a key-padding mask, whose hidden keys are hidden from every query.
+    return [Variant(name, sentence.format(what=what, equals=equals), pair[which], fix) for name, sentence, fix, pair in cands
+            if not bool(torch.isnan(pair[which]).all())]
 
 
 def causal_variants(L_q: int, L_k: int) -> list[Variant]:
@@ -125,6 +138,9 @@ CATALOGUE = {
     "scale-sqrt(d_k)": "scores multiplied by sqrt(d_k)",
     "scale-1/sqrt(d_v)": "scaled by the value width d_v",
     "softmax-over-queries": "softmax over the queries (dim=-2)",
+    "scale-after-softmax": "the 1/sqrt(d_k) scale applied after the softmax (rows sum to 1/sqrt(d_k))",
+    "causal-device-ignored": "causal_mask ignores its device argument",
+    "causal-empty-rows-dropped": "causal_mask drops the rows of queries that see no key (L_q > L_k)",
     "softmax-over-heads": "softmax over the heads axis",
     "weights-are-scores": "the raw scores returned as the weights",
     "mask-inverted": "mask inverted",

@@ -67,8 +67,20 @@ def _cat_axis(exc) -> bool:
     return m is not None and int(m.group(1)) not in (2, -2)
 
 
+def _projection_transposed(exc) -> bool:
+    """A matmul size mismatch on a line that projects with F.linear(x, W) (which computes x @ W.T)
+    or with a transposed weight: the weights here are (in, out) and sit on the right, x @ W."""
+    if "cannot be multiplied" not in exc.message and "must match the size" not in exc.message:
+        return False
+    line = expect.failing_line(exc)
+    return bool(re.search(r"\blinear\(|\bw_[qkvo]\w*\.(T|mT|t\(\))|\bw_[qkvo]\w*\.transpose\(", line))
+
+
 # Exceptions whose cause is recognisable: (misconception, sentence, predicate).
 NAMED_EXCEPTIONS = [
+    ("projection-transposed", "the weights are (d_model, n_heads * d_head), laid out to sit on the right: project "
+     "with x_t @ w_q. F.linear(x, W) computes x @ W.T, for PyTorch's (out, in) nn.Linear layout, and W.T "
+     "transposes them the wrong way", _projection_transposed),
     ("wrong-concat-axis", "torch.cat grows your cache along another axis than time: the caches are "
      "(B, n_kv_heads, T, d_head), so append the new (B, n_kv_heads, 1, d_head) entry with "
      "torch.cat([k_cache, k_new], dim=2)", _cat_axis),
@@ -354,6 +366,22 @@ def test_dtype(submission, seed, device, dtype):
     check_step(submission, case, dtype=dtype, device=device)
 
 
+@pytest.mark.group("dtypes")
+def test_runs_on_meta(submission, seed):
+    """works on the inputs' device (checked on meta)"""
+    # Every input on meta (shape, dtype and device, no data; harness/wire.py carries them): a tensor
+    # created without device= (a mask, a buffer for the caches) meets them in one operation and
+    # torch raises (named "new-tensor-device"), as it would on a GPU. Shapes, dtypes and devices are
+    # checked; meta tensors have no values.
+    case = inputs.decode_case(seed)
+    expected, _ = expected_step(case)
+    _, got = decode(submission, case, device="meta")
+    with shape_hints(case.sizes):
+        expect.tensors([Expected(g, e, name, ax) for g, e, name, ax in
+                        zip(got, expected, OUTPUTS, (Y_AXES, CACHE_AXES, CACHE_AXES))],
+                       sizes=axis_sizes(case.sizes), dtype=torch.float32, device="meta")
+
+
 # -------------------------------------------------------------------------------------------------
 # Cost
 
@@ -400,8 +428,14 @@ def long_step(submission, seed, device, hint: str) -> None:
     case = inputs.decode_case(seed, T=LONG_T, **LONG_SIZES)
     where = f"at T = {LONG_T} (timed by the grader, outside your code)"
     details = {"T": LONG_T, "seconds": LONG_SECONDS}
+    expected, _ = expected_step(case)
     try:
-        check_step(submission, case, device=device, timeout=LONG_SECONDS)
+        _, got = decode(submission, case, device=device, timeout=LONG_SECONDS)
+        # Values too (a fast wrong answer proves nothing); no mistakes are named at this length.
+        with shape_hints(case.sizes):
+            expect.tensors([Expected(g, e, name, ax) for g, e, name, ax
+                            in zip(got, expected, OUTPUTS, (Y_AXES, CACHE_AXES, CACHE_AXES))],
+                           sizes=axis_sizes(case.sizes), dtype=torch.float32, device=device)
     except WorkerFailure as exc:
         if exc.kind == "protocol":
             raise

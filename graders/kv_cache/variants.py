@@ -40,10 +40,12 @@ def _expand(kv, n_heads, how="interleave"):
 
 
 def step(x_t, k_cache, v_cache, w_q, w_k, w_v, w_o, n_heads, *, attend_to="all", position="end",
-         expand="interleave", split="right", merge="right", scale=None, softmax_dim=-1):
+         expand="interleave", split="right", merge="right", scale=None, softmax_dim=-1, scale_after=False):
     """One decode step, with one knob turned: returns (y_t, k_cache, v_cache) in float64.
 
-    attend_to: "all" (old and new keys), "old" (attend before appending) or "new" (cache ignored).
+    attend_to: "all" (old and new keys), "old" (attend before appending), "new" (cache ignored) or
+    "first" (a top-left causal mask: the single query sees only the first key).
+    scale_after: the scale multiplies the weights after a softmax of the unscaled scores.
     position: where the new entry goes in the returned caches, "end" or "front".
     """
     n_kv_heads, d_head = k_cache.shape[1], k_cache.shape[3]
@@ -54,11 +56,13 @@ def step(x_t, k_cache, v_cache, w_q, w_k, w_v, w_o, n_heads, *, attend_to="all",
         k_all, v_all = torch.cat([k_new, k_cache], dim=2), torch.cat([v_new, v_cache], dim=2)
     else:
         k_all, v_all = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
-    k_seen, v_seen = {"all": (k_all, v_all), "old": (k_cache, v_cache), "new": (k_new, v_new)}[attend_to]
+    k_seen, v_seen = {"all": (k_all, v_all), "old": (k_cache, v_cache), "new": (k_new, v_new),
+                      "first": (k_all[:, :, :1], v_all[:, :, :1])}[attend_to]
     k_seen, v_seen = _expand(k_seen, n_heads, expand), _expand(v_seen, n_heads, expand)  # (B, n_heads, L, d_head)
     s = 1 / math.sqrt(d_head) if scale is None else scale
-    scores = q @ k_seen.transpose(-2, -1) * s                         # (B, n_heads, 1, L)
-    out = torch.softmax(scores, dim=softmax_dim) @ v_seen             # (B, n_heads, 1, d_head)
+    scores = q @ k_seen.transpose(-2, -1) * (1.0 if scale_after else s)   # (B, n_heads, 1, L)
+    weights = torch.softmax(scores, dim=softmax_dim) * (s if scale_after else 1.0)  # (B, n_heads, 1, L)
+    out = weights @ v_seen                                            # (B, n_heads, 1, d_head)
     y_t = _merge(out, merge) @ w_o                                    # (B, d_model)
     return y_t, k_all, v_all                                          # caches (B, n_kv_heads, T + 1, d_head)
 
@@ -88,6 +92,9 @@ def step_variants(x_t, k_cache, v_cache, w_q, w_k, w_v, w_o, n_heads, *, which: 
          dict(attend_to="old")),
         ("cache-ignored", "your y_t equals attention over the new token alone",
          "the query must attend to every cached key as well as its own", dict(attend_to="new")),
+        ("decode-causal-mask", "your y_t equals attention in which the new query sees only the first key, as a "
+         "causal (top-left) mask makes it", "a single new query may see every cached key and itself: it needs "
+         "no mask, so drop it", dict(attend_to="first")),
     ]
     if 1 < n_kv_heads < n_heads:
         cands.append(("gqa-repeat", "your y_t equals grouped-query attention with the KV heads tiled (repeat) "
@@ -112,6 +119,9 @@ def step_variants(x_t, k_cache, v_cache, w_q, w_k, w_v, w_o, n_heads, *, which: 
          "the scale uses the width of one head, d_head = w_q.shape[1] // n_heads", dict(scale=1 / math.sqrt(d_model))),
         ("scale-1/d_head", "your y_t equals attention scaled by 1/d_head", "the scale is 1/sqrt(d_head), a square root",
          dict(scale=1 / d_head)),
+        ("scale-after-softmax", "your y_t equals attention scaled by 1/sqrt(d_head) after the softmax, so the "
+         "weights of each head sum to 1/sqrt(d_head), not 1", "scale the scores before the softmax: "
+         "softmax(q @ k.transpose(-2, -1) / math.sqrt(d_head))", dict(scale_after=True)),
     ]
     if n_heads > 1:
         cands.append(("softmax-over-heads", "your y_t equals a softmax over the heads axis",
@@ -124,6 +134,9 @@ def step_variants(x_t, k_cache, v_cache, w_q, w_k, w_v, w_o, n_heads, *, which: 
 CATALOGUE = {
     "attend-before-append": "attends before appending the new token",
     "cache-ignored": "attends to the new token only",
+    "decode-causal-mask": "a causal (top-left) mask inside decode_step: the new query sees only the first key",
+    "scale-after-softmax": "the 1/sqrt(d_head) scale applied after the softmax",
+    "projection-transposed": "projected with F.linear(x, W) or x @ W.T instead of x @ W: an exception",
     "gqa-repeat": "GQA heads expanded with repeat instead of repeat_interleave",
     "heads-split-wrong-order": "projections split into heads in the wrong order",
     "heads-split-and-merged-wrong-order": "heads split and merged in the wrong order",

@@ -8,6 +8,7 @@ first failing check is the one reported, because it explains the ones after it.
 from __future__ import annotations
 
 import math
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -85,7 +86,92 @@ GENERIC_MISCONCEPTIONS = {
     # named by the harness, from the worker's call record and a scan of the learner's source
     "forbidden-api": "a library attention function called instead of implementing it",
     "unverifiable-source": "code the grader cannot check for forbidden APIs (a name computed at run time, eval, an import it cannot follow, a file too large to check)",
+    # dtype and device mistakes told apart by the checks below (dtype_misconception, refine_float32,
+    # COMMON_EXCEPTIONS)
+    "float32-not-cast-back": "computed in float32 (.float(), dtype=torch.float32) and never cast back to the inputs' dtype",
+    "new-tensor-dtype": "a new tensor (a mask, a bias, a buffer) made without the inputs' dtype promotes the result to float32",
+    "new-tensor-device": "a new tensor (a mask, a bias, a buffer) made without the inputs' device: an exception on another device",
+    "fill-overflows-dtype": "a fill value such as -1e9 that the inputs' dtype cannot hold (float16): an exception",
+    "view-not-reshape": "view() on a transposed or non-contiguous tensor instead of reshape(): an exception",
 }
+
+FLOAT32_NOT_CAST_BACK = ("this line computes in float32 (.float(), dtype=torch.float32) and the result is never cast "
+                         "back: computing inside in float32 is fine, but return the inputs' dtype, "
+                         ".to(q.dtype) or .type_as(q)")
+NEW_TENSOR_DTYPE = ("this line makes a new tensor without dtype=, so it is float32 (torch.zeros, torch.ones, "
+                    "torch.tensor, torch.full all are), and the result follows it: create it with dtype=q.dtype "
+                    "and device=q.device, or use torch.zeros_like / torch.ones_like")
+
+
+# What a line of the learner's file does that makes a float32 result: an explicit float32
+# computation, or a new tensor made without dtype= (torch.zeros etc. are float32 by default).
+_FLOAT32_CAST = re.compile(r"\.float\(\)|torch\.float32\b|torch\.float\b|\.to\(\s*torch\.float32")
+_NEW_TENSOR = re.compile(r"\btorch\.(zeros|ones|full|empty|tensor|eye|rand|randn)\(")   # float32 by default
+_CAST_BACK = re.compile(r"\.to\([^)]*dtype|\.type_as\(|\.to\(\s*\w+\.dtype|dtype\s*=\s*\w+\.dtype")
+
+
+# A float32 tensor meeting one of another dtype in an op that does not promote (matmul, bmm).
+_MIXED_FLOAT32 = re.compile(r"expected scalar type Float but found (Half|BFloat16|Double)|"
+                            r"found (Half|BFloat16|Double) .*Float|expected m1 and m2 to have the same dtype")
+
+
+def float32_cause(diag: Diagnosis, lines: Sequence[str], file: str) -> None:
+    """Name why a result came back float32, from the file that was graded (``lines``): the line that
+    computes in float32 and is never cast back (``.float()``, ``dtype=torch.float32``), or the line
+    that makes a new tensor without ``dtype=``. Named only when exactly one kind of line is there;
+    otherwise the diagnosis keeps its generic id and a hint that names both causes. An exception
+    raised where such a float32 tensor meets the inputs' dtype (a matmul does not promote) is named
+    the same way, the line that made the float32 tensor shown beside the one that raised."""
+    mixed = diag.kind == "exception" and bool(_MIXED_FLOAT32.search(diag.summary))
+    if not mixed and (diag.kind != "dtype" or diag.got != "float32"
+                      or diag.expected not in ("float64", "float16", "bfloat16")):
+        return
+    code = [(n, line.split("#")[0]) for n, line in enumerate(lines, 1)]
+    casts = [(n, c) for n, c in code if _FLOAT32_CAST.search(c) and not _CAST_BACK.search(c)]
+    new = [(n, c) for n, c in code if _NEW_TENSOR.search(c) and "dtype=" not in c and "_like(" not in c]
+    if casts and not new:
+        n, line = casts[0]
+        diag.misconception, diag.hint = "float32-not-cast-back", FLOAT32_NOT_CAST_BACK
+    elif new and not casts:
+        n, line = new[0]
+        diag.misconception, diag.hint = "new-tensor-dtype", NEW_TENSOR_DTYPE
+    else:
+        return
+    if mixed:       # the traceback's line stays "where"; the cause is the line that made float32
+        diag.details.update({"cause": f"{file} line {n}", "cause_code": line.strip()[:200]})
+        diag.hint = f"{file} line {n}: {diag.hint}"
+        return
+    diag.details.update({"where": f"{file} line {n}", "code": line.strip()[:200]})
+
+
+def _fill_overflows(exc) -> bool:
+    """masked_fill (or torch.full, or an assignment) with a value the dtype cannot hold."""
+    return "without overflow" in exc.message and "value cannot be converted" in exc.message
+
+
+def _other_device(exc) -> bool:
+    """Two tensors on different devices met in one operation: one of them was made without the
+    inputs' device (a mask or a bias from torch.zeros(...), torch.ones(...), torch.tensor(...))."""
+    return bool(re.search(r"Expected all tensors to be on the same device|is not on the expected device|"
+                          r"Expected .* to be on .* but got|on device meta is not on", exc.message))
+
+
+def _view_after_transpose(exc) -> bool:
+    """.view() on a tensor whose memory is not laid out for it (after a transpose, a permute or a
+    non-contiguous input)."""
+    return "view size is not compatible with input tensor's size and stride" in exc.message
+
+
+# Exceptions that name a mistake in every exercise: (misconception, sentence, predicate).
+COMMON_EXCEPTIONS = [
+    ("view-not-reshape", "view() needs memory laid out for the new shape, which a transposed or non-contiguous "
+     "tensor does not have: use reshape() (or .contiguous().view())", _view_after_transpose),
+    ("fill-overflows-dtype", "your fill value does not fit the inputs' dtype (float16 holds at most 65504, so "
+     "-1e9 overflows): fill with float('-inf'), or torch.finfo(scores.dtype).min", _fill_overflows),
+    ("new-tensor-device", "a tensor your code creates is not on the inputs' device (torch.zeros(...), "
+     "torch.ones(...), torch.tensor(...) and torch.arange(...) are on the CPU unless told otherwise): create it "
+     "with device=q.device, or use torch.zeros_like / torch.ones_like", _other_device),
+]
 
 
 def match_tolerance(dtype: torch.dtype, tol: Tolerance) -> Tolerance:
@@ -429,12 +515,9 @@ def distinct_digits(expected: float, got: float, least: int = 4) -> tuple[str, s
 
 def dtype_misconception(got: torch.dtype, want: torch.dtype) -> str | None:
     """The id of a dtype mistake: a wider or narrower float than the inputs, or numbers for a bool.
-    A float32 result for float64 inputs is a float32 computation never cast back (type promotion
-    never narrows float64: only an explicit .float(), dtype=torch.float32 or a float32 buffer does)."""
+    Which line made a float32 result is named from the graded file (float32_cause)."""
     if want == torch.bool:
         return "not-bool"
-    if got == torch.float32 and want == torch.float64:
-        return "float32-not-cast-back"
     if got.is_floating_point and want.is_floating_point:
         return "dtype-upcast" if torch.finfo(got).bits > torch.finfo(want).bits else "dtype-downcast"
     return None
@@ -461,7 +544,7 @@ def exceptions_named(rules: Sequence[tuple[str, str, Callable]]):
     except LearnerError as exc:
         if isinstance(exc, ImportFailed):
             raise
-        for name, sentence, holds in rules:
+        for name, sentence, holds in [*rules, *COMMON_EXCEPTIONS]:
             if holds(exc):
                 diag = _learner_error(exc)
                 if diag.kind == "exception":
@@ -498,8 +581,6 @@ def _dt(dtype: torch.dtype) -> str:
 
 
 def _dtype_hint(got: torch.dtype, want: torch.dtype) -> str:
-    if got == torch.float32 and want == torch.float64:
-        return FLOAT32_NOT_CAST_BACK
     if got == torch.float32 and want != torch.float32:
         return ("Something in your code is float32: a .float() or dtype=torch.float32 never cast back, or a "
                 "new tensor made without dtype= (torch.tensor, torch.zeros, torch.ones are float32) that "

@@ -80,7 +80,9 @@ DEFAULT_SIZES = {"B": 2, "H": 3, "L_q": 5, "L_k": 7, "d_k": 8, "d_v": 6}
 def attention_case(seed: int, *, batch_axes=("B", "H"), mask: str | None = None, scale: float = 1.0,
                    bound: float | None = None, **sizes: int) -> AttentionCase:
     """Inputs for exercise 1. ``mask``: None, "full" (one mask per batch item and head),
-    "broadcast" (one (L_q, L_k) mask for all) or "heads" ((B, 1, L_q, L_k)). ``bound``: clamp q,
+    "broadcast" (one (L_q, L_k) mask for all), "heads" ((B, 1, L_q, L_k): one per batch item,
+    shared by its heads), "per-head" ((H, L_q, L_k): one per head, shared by the batch) or
+    "padding" ((B, 1, 1, L_k): a key-padding mask, the same keys hidden from every query). ``bound``: clamp q,
     k, v to [-bound, bound] (before ``scale``), so that no seed draws a tail value whose rounding in
     a low precision dominates (the dtype tests: DTYPE_BOUND)."""
     s = {**DEFAULT_SIZES, **sizes}
@@ -96,6 +98,10 @@ def attention_case(seed: int, *, batch_axes=("B", "H"), mask: str | None = None,
         m = random_mask(gen, s["L_q"], s["L_k"])
     elif mask == "heads":
         m = random_mask(gen, *batch[:1], *([1] * (len(batch) - 1)), s["L_q"], s["L_k"])
+    elif mask == "per-head":
+        m = random_mask(gen, *batch[1:], s["L_q"], s["L_k"])                    # (H, L_q, L_k)
+    elif mask == "padding":
+        m = random_mask(gen, *batch[:1], *([1] * len(batch[1:])), 1, s["L_k"])  # (B, 1, 1, L_k)
     used = {a: s[a] for a in (*batch_axes, "L_q", "L_k", "d_k", "d_v")}
     return AttentionCase(q, k, v, m, used, tuple(batch_axes))
 

@@ -54,6 +54,9 @@ def explain(test: TestResult, *, output_cap: int = OUTPUT_CAP, with_output: bool
         lines.append(test.message or test.status.value)
     else:
         lines.append(f"{diag.kind}: {diag.summary}")
+        where, code = diag.details.get("where"), diag.details.get("code")
+        if isinstance(where, str) and where:
+            lines.append(f"at {where}" + (f": {code}" if isinstance(code, str) and code else ""))
         if diag.kind not in ("values",) and (diag.expected is not None or diag.got is not None):
             lines.append(f"expected {diag.expected}, got {diag.got}")
         if diag.misconception:

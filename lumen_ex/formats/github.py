@@ -1,8 +1,10 @@
 """GitHub Actions: workflow annotations, a Markdown job summary, and the Classroom runner result.
 
 - :func:`render` is what ``lumen-ex check N --format github`` prints: a collapsed group with one
-  line per test, an ``::error file=...,line=...,title=...::`` annotation per failing test (at most
-  :data:`MAX_ANNOTATIONS`; GitHub shows only ten errors per step), and a ``::notice`` with the points.
+  line per test, an ``::error file=...,line=...,title=...::`` annotation per distinct failure (tests
+  that fail the same way at the same line, such as every test after a syntax error, share one
+  annotation that counts them; at most :data:`MAX_ANNOTATIONS`, as GitHub shows only ten errors per
+  step), and a ``::notice`` with the points.
 - :func:`summary_markdown` is appended to ``$GITHUB_STEP_SUMMARY`` by :func:`publish`.
 - :func:`classroom_result` is the GitHub Classroom autograding runner result (the command-grader
   shape of classroom-resources/autograding-command-grader, formats.md 1.4.1: ``version``,
@@ -56,6 +58,15 @@ def _title(result: RunResult) -> str:
     return f"lumen-ex check {ex['number']} ({ex['slug']})"
 
 
+def distinct_failures(failing: list) -> list[list]:
+    """The failing tests grouped by what an annotation would say (the line and the explanation),
+    in the order of their first test: one syntax error is one group, not one per test."""
+    groups: dict[tuple, list] = {}
+    for t in failing:
+        groups.setdefault((source_line(t), explain(t, with_output=False)), []).append(t)
+    return list(groups.values())
+
+
 def annotations(result: RunResult) -> list[str]:
     """The workflow commands that become annotations: failures first, then the score notice."""
     lines: list[str] = []
@@ -65,13 +76,15 @@ def annotations(result: RunResult) -> list[str]:
         lines.append(command("error", f"{result.message}. The grader itself failed: this is not your code's fault.",
                              title=f"{_title(result)}: the grader could not finish"))
         failing = [t for t in failing if not (t.diagnosis and t.diagnosis.kind == "grader")]
-    for t in failing[:MAX_ANNOTATIONS]:
-        line = source_line(t)
-        lines.append(command("error", explain(t, with_output=False), file=path, line=line,
-                             title=f"{_title(result)}: {t.group}: {t.name}"))
-    if len(failing) > MAX_ANNOTATIONS:
-        lines.append(command("warning", f"{len(failing) - MAX_ANNOTATIONS} more tests did not pass: "
-                             "see the job summary", title=_title(result)))
+    groups = distinct_failures(failing)
+    for tests in groups[:MAX_ANNOTATIONS]:
+        t = tests[0]
+        more = f" (and {len(tests) - 1} more tests that fail the same way)" if len(tests) > 1 else ""
+        lines.append(command("error", explain(t, with_output=False), file=path, line=source_line(t),
+                             title=f"{_title(result)}: {t.group}: {t.name}{more}"))
+    if len(groups) > MAX_ANNOTATIONS:
+        rest = sum(len(g) for g in groups[MAX_ANNOTATIONS:])
+        lines.append(command("warning", f"{rest} more tests did not pass: see the job summary", title=_title(result)))
     lines.append(command("notice", f"{result.message}; seed {result.seed}; sandbox {result.sandbox.backend}",
                          title=f"{_title(result)}: Points {points(result.score)}/{points(result.max_score)}"))
     return lines

@@ -5,8 +5,13 @@ Top level: ``score`` (the record's score, so Gradescope never re-adds the tests)
 ``extra_data`` (exercise, seed, sandbox) and ``tests``. Per test: ``name``, ``number``
 (``"<exercise>.<n>"``), ``score``, ``max_score``, ``status`` (``passed`` | ``failed``), ``output``
 (the diagnosis as text), ``tags`` (the scoring group), ``visibility`` and ``extra_data`` (the test's
-id, status and diagnosis kind). A skipped test (e.g. no GPU) is listed as informational: 0 of 0
-points, no ``status``, and its ``output`` says why.
+id, status and diagnosis kind). A test's ``visibility`` is its scoring group's in the catalogue
+(exercises/catalog.toml ``[exercise.visibility]``: ``visible``, ``hidden``, ``after_due_date`` or
+``after_published``; ``visible`` when not listed). Gradescope hides the total score from a student
+while any test is hidden to them. A skipped test (e.g. no GPU) is marked as skipped: its name ends
+in ``(skipped)``, its tags hold ``skipped``, ``extra_data.status`` is ``skipped``, it has 0 of 0
+points and no ``status`` (Gradescope's statuses are only passed and failed, so it is informational),
+and its ``output`` says why.
 
 A grader error (status ``error`` in the record) scores 0 and says so in ``output``: the submission
 was not graded, which Gradescope shows to the student as the output text.
@@ -28,6 +33,16 @@ from ._text import explain, headline
 VISIBILITY = "visible"         # every lumen-ex test name is shown to learners by `check` already
 
 
+def group_visibility(result: RunResult) -> dict[str, str]:
+    """Scoring group -> visibility, from the catalogue entry of the record's exercise."""
+    from lumen_ex import catalog
+
+    try:
+        return dict(catalog.load().find(result.exercise["number"]).visibility)
+    except Exception:  # noqa: BLE001  a view never fails on an unknown exercise: all visible
+        return {}
+
+
 def results(result: RunResult) -> dict:
     ex = result.exercise
     output = headline(result)
@@ -35,6 +50,7 @@ def results(result: RunResult) -> dict:
         output += "\nThe grader could not finish, so this submission was not graded. Please tell your instructor."
     if result.sandbox.note:
         output += f"\n{result.sandbox.note}"
+    seen = group_visibility(result)
     return {
         "score": round(result.score, 4),
         "execution_time": round(result.duration, 3),
@@ -46,19 +62,20 @@ def results(result: RunResult) -> dict:
         "extra_data": {"exercise": ex, "status": result.status.value, "max_score": result.max_score,
                        "seed": result.seed, "sandbox": result.sandbox.backend,
                        "isolated": result.sandbox.isolated},
-        "tests": [_test(ex["number"], i, t) for i, t in enumerate(result.tests, 1)],
+        "tests": [_test(ex["number"], i, t, seen.get(t.group, VISIBILITY)) for i, t in enumerate(result.tests, 1)],
     }
 
 
-def _test(number: int, index: int, t: TestResult) -> dict:
+def _test(number: int, index: int, t: TestResult, visibility: str = VISIBILITY) -> dict:
+    skipped = t.status is Status.SKIPPED
     entry = {
-        "name": one_line(f"{t.group}: {t.name}"),
+        "name": one_line(f"{t.group}: {t.name}" + (" (skipped)" if skipped else "")),
         "number": f"{number}.{index}",
         "score": round(t.score, 4),
         "max_score": round(t.max_score, 4),
         "output": visible(explain(t)),
-        "tags": [one_line(t.group)],
-        "visibility": VISIBILITY,
+        "tags": [one_line(t.group)] + (["skipped"] if skipped else []),
+        "visibility": visibility,
         "extra_data": {"id": t.id, "status": t.status.value,
                        "kind": t.diagnosis.kind if t.diagnosis else None},
     }

@@ -1,8 +1,13 @@
 """PrairieLearn external grader ``results.json`` (PrairieLearn docs/externalGrading.md, formats.md 1.3).
 
-``score`` is the record's score over its maximum, in [0, 1]. ``gradable`` is false only when the
-grader itself could not finish (record status ``error``): PrairieLearn then charges no attempt and
-shows ``format_errors``. ``message`` is the record's one-line message; ``output`` the headline and any
+``score`` is the record's score over its maximum, in [0, 1]. ``gradable`` is false where
+PrairieLearn's documentation says a submission is "invalid, not gradable" (docs/externalGrading.md:
+no points, no attempt charged, ``format_errors`` shown): the exercise's file is missing, was refused
+(not a regular file, too large) or does not parse; and when the grader itself could not finish
+(record status ``error``), which is no fault of the student's either (:func:`ungradable_reason`).
+``images`` holds the record's pictures (the heatmap PNG of each failing test that has one, checked
+by lumen_ex/formats/_pictures.py) as ``{"label", "url": "data:image/png;base64,..."}``, at the top
+level and on the test they belong to. ``message`` is the record's one-line message; ``output`` the headline and any
 sandbox note. Every test has ``name``, ``description`` (its group and id), ``points``,
 ``max_points``, ``message`` (the diagnosis as text) and ``output`` (what the learner's code printed),
 so the per-test points display stays on (it is disabled when any test lacks points). A skipped test
@@ -19,26 +24,52 @@ import json
 from lumen_ex.results import RunResult, Status, TestResult
 from lumen_ex.untrusted import one_line, visible
 
+from ._pictures import caption, data_url, pictured
 from ._text import capped, explain, headline
 
 
+def ungradable_reason(result: RunResult) -> str | None:
+    """Why PrairieLearn should not grade this submission at all, or None when it can be graded:
+    the file is missing or refused, it does not parse, or the grader could not finish."""
+    if result.status is Status.ERROR:
+        return f"the grader could not finish: {result.message}"
+    for t in result.tests:
+        diag = t.diagnosis
+        if diag is None:
+            continue
+        if diag.kind in ("missing", "file") and t.id in ("submission", "file"):
+            return diag.summary or t.message
+        if diag.kind == "import" and diag.summary.startswith("your file does not parse"):
+            line = diag.details.get("line")
+            return diag.summary + (f" (line {line})" if type(line) is int else "")
+    return None
+
+
+def _images(pics) -> list[dict]:
+    return [{"label": caption(t), "url": data_url(png)} for t, png in pics]
+
+
 def results(result: RunResult) -> dict:
-    gradable = result.status is not Status.ERROR
+    why = ungradable_reason(result)
+    gradable = why is None
+    pics = pictured(result)
     doc = {
         "gradable": gradable,
         "score": round(result.score / result.max_score, 6) if result.max_score > 0 and gradable else 0.0,
         "message": visible(result.message),
         "output": visible(headline(result) + (f"\n{result.sandbox.note}" if result.sandbox.note else "")),
-        "tests": [_test(t) for t in result.tests],
+        "tests": [_test(t, [p for p in pics if p[0] is t]) for t in result.tests],
     }
+    if pics:
+        doc["images"] = _images(pics)
     if not gradable:
-        doc["format_errors"] = [visible(f"the grader could not finish: {result.message}")]
+        doc["format_errors"] = [visible(why)]
     return doc
 
 
-def _test(t: TestResult) -> dict:
+def _test(t: TestResult, pics=()) -> dict:
     output = capped(t.output.strip())
-    return {
+    entry = {
         "name": one_line(t.name),
         "description": one_line(f"{t.group} · {t.id}"),
         "points": round(t.score, 4),
@@ -46,6 +77,9 @@ def _test(t: TestResult) -> dict:
         "message": visible(explain(t, with_output=False)),
         "output": visible(output),
     }
+    if pics:
+        entry["images"] = _images(pics)
+    return entry
 
 
 def combine(runs: list[RunResult]) -> dict:
@@ -64,6 +98,9 @@ def combine(runs: list[RunResult]) -> dict:
         "output": "\n".join(p["output"] for p in parts),
         "tests": [t for p in parts for t in p["tests"]],
     }
+    images = [i for p in parts for i in p.get("images", [])]
+    if images:
+        doc["images"] = images
     if not gradable:
         doc["format_errors"] = [e for p in parts for e in p.get("format_errors", [])]
     return doc

@@ -1,6 +1,6 @@
 # bug: softmax(scores.float()) and a float32 product with v, never cast back: float64 (and float16, bfloat16) inputs get float32 results
 # expect-kind: dtype
-# expect-misconception: dtype-downcast
+# expect-misconception: float32-not-cast-back
 # expect-test: test_dtype[float64]
 
 import math

@@ -1,6 +1,6 @@
 # bug: calls .float() on the inputs and returns float32 whatever the input dtype
 # expect-kind: dtype
-# expect-misconception: dtype-downcast
+# expect-misconception: float32-not-cast-back
 # expect-test: test_dtype[float64]
 
 import math

@@ -1,5 +1,6 @@
 # bug: flattens the batch axes with q.view(-1, L_q, d_k) instead of reshape: raises on non-contiguous inputs (e.g. heads split by view(B, L, H, d).transpose(1, 2))
 # expect-kind: exception
+# expect-misconception: view-not-reshape
 # expect-test: test_noncontiguous_inputs
 
 import math

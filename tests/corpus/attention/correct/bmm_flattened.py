@@ -25,5 +25,5 @@ def causal_mask(L_q, L_k=None, device=None):
     L_k = L_q if L_k is None else L_k
     mask = torch.zeros(L_q, L_k, dtype=torch.bool, device=device)
     for i in range(L_q):
-        mask[i, : L_k - L_q + i + 1] = True
+        mask[i, : max(L_k - L_q + i + 1, 0)] = True     # a negative end would count from the right
     return mask

@@ -1,6 +1,7 @@
 # bug: allocates the grown caches with torch.zeros(...) and no dtype=, so they are always float32
 # expect-kind: dtype
-# expect-misconception: dtype-downcast
+# expect-misconception: new-tensor-dtype
+# expect-test: test_dtype[float64]
 import math
 
 import torch

@@ -1,0 +1,22 @@
+# bug: imports a helper module of its own (a second file), which the grader cannot check for forbidden APIs
+# expect-kind: forbidden
+# expect-misconception: unverifiable-source
+import math
+
+import torch
+
+try:
+    import kv_helpers   # a file beside this one: whatever it does is out of the grader's sight
+except ImportError:
+    kv_helpers = None
+
+
+def decode_step(x_t, k_cache, v_cache, w_q, w_k, w_v, w_o, n_heads):
+    B, n_kv_heads, T, d_head = k_cache.shape
+    q = (x_t @ w_q).reshape(B, n_heads, 1, d_head)
+    k_cache = torch.cat([k_cache, (x_t @ w_k).reshape(B, n_kv_heads, 1, d_head)], dim=2)
+    v_cache = torch.cat([v_cache, (x_t @ w_v).reshape(B, n_kv_heads, 1, d_head)], dim=2)
+    k = k_cache.repeat_interleave(n_heads // n_kv_heads, dim=1)
+    v = v_cache.repeat_interleave(n_heads // n_kv_heads, dim=1)
+    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d_head), dim=-1)
+    return (w @ v).reshape(B, -1) @ w_o, k_cache, v_cache
