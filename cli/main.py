@@ -144,13 +144,22 @@ def watch(ctx, exercise: str, workspace: Path | None, sandbox: str, seed: int | 
 @cli.command()
 @click.argument("exercise")
 @workspace_option
-def hint(exercise: str, workspace: Path | None) -> None:
+@click.option("--all", "show_all", is_flag=True, help="Show the hints you have seen so far (reveals no new one).")
+def hint(exercise: str, workspace: Path | None, show_all: bool) -> None:
     """Show the next hint for EXERCISE (one more each time you ask)."""
-    from lumen_ex.progress import next_hint
+    from lumen_ex.progress import next_hint, seen_hints
 
     from .render import console, render_hint
 
-    render_hint(console(), next_hint(exercise, workspace))
+    con = console()
+    if not show_all:
+        render_hint(con, next_hint(exercise, workspace))
+        return
+    hints = seen_hints(exercise, workspace)
+    if not hints:
+        click.echo(f"No hints seen yet for exercise {exercise}: run `lumen-ex hint {exercise}` for the first.")
+    for h in hints:
+        render_hint(con, h, last=h is hints[-1])
 
 
 @cli.command()

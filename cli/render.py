@@ -63,6 +63,11 @@ def render_result(con: Console, result: RunResult) -> None:
     if first is not None:
         con.print()
         con.print(_failure_panel(first, result.misconceptions))
+    else:
+        printed = next((t for t in result.tests if t.output.strip()), None)
+        if printed is not None:        # on a pass too, but folded: the first test that printed
+            con.print()
+            con.print(*_printed(printed.output, keep=3), sep="\n")
     con.print()
     con.print(_table(result.tests, con.width))
     con.print()
@@ -82,11 +87,26 @@ def _failure_panel(test: TestResult, named: list[dict] | None = None) -> Panel:
     else:
         lines.append(Text(visible(test.message or test.status.value)))
     if test.output.strip():
-        shown = "\n".join(visible(test.output.strip()).split("\n")[:12])     # a CR is shown, never a line break
-        lines += [Text(""), Text("your code printed:", style="dim"), Text(shown, style="dim")]
+        lines += [Text(""), *_printed(test.output)]
     mark, color = MARK[test.status]
-    title = Text.assemble((f"{mark} first failure: ", color), (one_line(test.name), "bold"))
+    name = test.name
+    if diag is not None and diag.kind == "import":    # one cause for every test: say so in the title
+        name = "your file does not parse" if "does not parse" in diag.summary else "your file did not import"
+    title = Text.assemble((f"{mark} first failure: ", color), (one_line(name), "bold"))
     return Panel(Group(*lines), title=title, title_align="left", border_style=color)
+
+
+PRINTED_LINES = 12
+
+
+def _printed(output: str, keep: int = PRINTED_LINES) -> list[Text]:
+    """What the learner's code printed (never the grader's own words), its first ``keep`` lines and
+    how many more there were; a CR is shown, never a line break."""
+    shown = visible(output.strip()).split("\n")
+    out = [Text("your code printed:", style="dim"), Text("\n".join(shown[:keep]), style="dim")]
+    if len(shown) > keep:
+        out.append(Text(f"... {len(shown) - keep} more lines (all of them: --format json)", style="dim"))
+    return out
 
 
 def _diagnosis_lines(diag: Diagnosis, run_mistake: dict | None = None) -> list:
@@ -159,24 +179,38 @@ def _table(tests: list[TestResult], width: int) -> Table:
     table.add_column("score", justify="right")
     table.add_column("why")
     first = next((t for t in tests if t.status not in (Status.PASS, Status.SKIPPED)), None)
+    same = [t for t in tests if first is not None and t is not first
+            and t.status is first.status and t.message == first.message]
     for t in tests:
+        if t in same:
+            continue                 # folded into one row under the first failure
         mark, color = MARK[t.status]
         if t.status is Status.PASS:
             why = t.message          # empty, or a note the test left (a float64 result's rounding)
-        elif t is not first and first is not None and t.message == first.message:
-            why = "same as the first failure"
         else:
             why = t.message or t.status.value
         group = one_line(t.group)
         table.add_row(Text(mark, style=color), Text.assemble((f"{group} ", "dim"), _clip(t.name, name_w - len(group) - 1)),
                       Text(f"{points(t.score)}/{points(t.max_score)}"), Text(_clip(why, why_w), style="dim"))
+        if t is first and same:
+            mark, color = MARK[first.status]
+            table.add_row(Text(mark, style=color), Text(f"{len(same)} more tests failed for the same reason", style="bold"),
+                          Text(f"{points(sum(x.score for x in same))}/{points(sum(x.max_score for x in same))}"),
+                          Text(_clip("as the first failure", why_w), style="dim"))
     return table
 
 
 def _clip(text: str, n: int) -> str:
-    """``text`` on one line (untrusted.one_line), cut to ``n`` characters with an ellipsis."""
+    """``text`` on one line (untrusted.one_line), cut to ``n`` characters with an ellipsis; a test's
+    id at the end (``[4d]``, ``[broadcast]``) is kept whole, so no two rows look the same."""
     text = one_line(text)
-    return text if len(text) <= n else text[: max(n - 1, 1)] + "…"
+    if len(text) <= n:
+        return text
+    head, sep, tail = text.rpartition(" [")
+    if sep and tail.endswith("]") and len(tail) + 3 < n:
+        keep = n - len(tail) - 3
+        return head[:max(keep, 1)] + "… [" + tail
+    return text[: max(n - 1, 1)] + "…"
 
 
 def _summary(result: RunResult) -> Text:
@@ -185,7 +219,8 @@ def _summary(result: RunResult) -> Text:
     n = result.exercise["number"]
     if result.status is Status.PASS:
         head = ("All tests passed", "bold green")
-        step = f"Next: exercise {n + 1} (lumen-ex list), or read the README again for the why."
+        step = (f"Next: exercise {n + 1} (lumen-ex list), or read the README again for the why."
+                if _exists(n + 1) else "That was the last exercise: read its README again for the why.")
     elif result.status is Status.ERROR:
         head = ("The grader could not finish", "bold red")
         step = f"{result.message}. Run `lumen-ex doctor`; if it persists, report it with --format json output."
@@ -194,6 +229,13 @@ def _summary(result: RunResult) -> Text:
         step = f"Next: fix the first failure above, then run `lumen-ex check {n}` again (stuck? `lumen-ex hint {n}`)."
     return Text.assemble(head, f" · score {points(result.score)}/{points(result.max_score)}"
                          f" · {passed} of {counted} tests passed · {result.duration:.1f} s\n", step)
+
+
+def _exists(number: int) -> bool:
+    """Whether the catalogue has exercise ``number`` (the closing line never offers one it has not)."""
+    from lumen_ex import catalog
+
+    return any(ex.number == number for ex in catalog.load().exercises)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -223,10 +265,10 @@ def render_init(con: Console, workspace, directory: Path) -> None:
                    "  lumen-ex check 1"))
 
 
-def render_hint(con: Console, hint) -> None:
+def render_hint(con: Console, hint, last: bool = True) -> None:
     title = f"hint {hint.index + 1} of {hint.total} · exercise {hint.exercise.number} ({hint.exercise.slug})"
     con.print(Panel(Text(hint.text), title=title, title_align="left", border_style="cyan"))
-    if hint.index + 1 < hint.total:
+    if last and hint.index + 1 < hint.total:
         con.print(Text(f"Run `lumen-ex hint {hint.exercise.number}` again for the next one.", style="dim"))
 
 

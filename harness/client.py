@@ -238,7 +238,8 @@ class Worker:
         try:
             reply, out = self._read_frame(deadline)
         except WorkerTimeout as exc:
-            raise WorkerTimeout(f"the call did not return within {timeout:g} s", exc.output) from None
+            callee = str(header.get("fn") or "")[:80] if header.get("op") == "call" else ""
+            raise WorkerTimeout(f"{callee or 'the call'} did not return within {timeout:g} s", exc.output) from None
         if type(reply.get("id")) is not int or reply["id"] != rid:
             raise self._fail(WorkerProtocolError, protocol_message("an answer out of turn (reply id mismatch)"))
         try:
@@ -278,6 +279,7 @@ class WorkerPool:
         self.loaded = False
         self.signatures: dict | None = None
         self.load_failure: Exception | None = None
+        self.hung: dict[str, str] = {}   # learner function -> why it is not called again (see call)
         self.restarts = 0
         self.import_output = ""
         self.enforced: dict[str, str] = {}   # which mechanism held each limit (for the record)
@@ -321,7 +323,7 @@ class WorkerPool:
     def ready(self) -> Worker:
         """A worker with the learner's module imported (or the import failure, raised)."""
         if self.load_failure is not None:
-            raise self.load_failure
+            raise self.load_failure.with_traceback(None)   # one exception, raised afresh: its traceback would grow with every test
         self.spawn()
         worker = self.worker
         try:
@@ -344,7 +346,7 @@ class WorkerPool:
                     raise worker.protocol_failure(exc) from None
                 if not ok:
                     self.load_failure = ImportFailed(checked, reply.output)
-                    raise self.load_failure
+                    raise self.load_failure.with_traceback(None)   # one exception, raised afresh: its traceback would grow with every test
                 self.signatures = checked
                 self.import_output = reply.output   # shown with the first test that runs
                 self.loaded = True
@@ -354,14 +356,23 @@ class WorkerPool:
                 raise
             # The import itself hung or crashed: it would do so again for every test.
             self.load_failure = type(exc)(f"importing your module: {exc}", exc.output)
-            raise self.load_failure from None
+            raise self.load_failure.with_traceback(None) from None
         return worker
 
     def call(self, header: dict, tensors: list[torch.Tensor], timeout: float | None = None) -> Reply:
+        """One call of a learner function. A function that once did not return within its time
+        limit is not called again in this check: the tests that need it are marked at once, so an
+        infinite loop costs one call's time limit, and the other functions' tests still run."""
+        fn = str(header.get("fn", ""))
+        if fn in self.hung:
+            raise WorkerTimeout(f"not run: {fn} did not return in an earlier test ({self.hung[fn]})")
         worker = self.ready()
+        limit = self._timeout(timeout or self.call_timeout)
         try:
-            return worker.request(header, tensors, self._timeout(timeout or self.call_timeout))
-        except WorkerFailure:
+            return worker.request(header, tensors, limit)
+        except WorkerFailure as exc:
+            if isinstance(exc, WorkerTimeout) and fn:
+                self.hung[fn] = f"it ran for over {limit:g} s"
             self.discard()
             self.spawn()   # pre-warm the replacement while the harness records this failure
             raise

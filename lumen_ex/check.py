@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import platform
-import secrets
 import time
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from lumen_ex.sandbox.docker import DockerSandbox
 from lumen_ex.sandbox.select import select_launcher
 
 from . import catalog as catalog_mod
-from . import scores, snapshot
+from . import scores, seeds, snapshot
 from .errors import DeviceUnavailable, UsageError
 from .results import Diagnosis, RunResult, SandboxInfo, Status, TestResult, base_versions
 from .workspace import Workspace
@@ -58,7 +57,7 @@ def run_check(exercise: str | int, *, workspace: Path | None = None, sandbox: st
     ex = cat.find(exercise)
     ws = Workspace.find(workspace)
     learner_file = ws.exercise_file(ex)
-    seed = secrets.randbelow(2**31) if seed is None else int(seed)
+    seed = seeds.choose(seed)   # checked once, the same way for every sandbox
     warning = ""
     if launcher is None:
         launcher, warning = select_launcher(sandbox)

@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from lumen_ex import seeds
 from lumen_ex.container_main import SEED_ENV, exit_now, seed_given
 
 EXERCISES_ENV = "LUMEN_EX_EXERCISES"
@@ -125,8 +126,6 @@ def grade_submission(source: Path, wanted: list[str], *, seed: int | None, devic
     exercise (0 points, "no 01-attention/attention.py"), an unreadable submission or a grader that
     could not run is an exercise with status error and the reason.
     """
-    import secrets
-
     from lumen_ex import catalog as catalog_mod
     from lumen_ex.grade import unpreparable_result
     from lumen_ex.results import SandboxInfo
@@ -138,7 +137,7 @@ def grade_submission(source: Path, wanted: list[str], *, seed: int | None, devic
         exercises = [cat.find(key) for key in wanted] if wanted else list(cat.exercises)
     except Exception as exc:  # noqa: BLE001  a misconfigured assignment still gets a document
         return [_configuration_error(str(exc), device, started)]
-    seed = secrets.randbelow(2**31) if seed is None else seed
+    seed = seeds.choose(seed)   # checked once, the same way for every sandbox
     sandbox = SandboxInfo("docker", True, {}, "")
     dev = device if device in ("cpu", "cuda") else "cpu"
     scratch = Path(tempfile.mkdtemp(prefix="lumen-ex-platform-"))

@@ -54,3 +54,12 @@ def next_hint(exercise: str, workspace: Path | None = None) -> Hint:
     ws = Workspace.find(workspace)
     i = ws.next_hint(ex.slug, len(ex.hints))
     return Hint(ex, i, len(ex.hints), ex.hints[i])
+
+
+def seen_hints(exercise: str, workspace: Path | None = None) -> list[Hint]:
+    """The hints of ``exercise`` shown so far, in order (none revealed by asking)."""
+    ex = catalog_mod.load().find(exercise)
+    ws = Workspace.find(workspace)
+    entry = ws.progress().get("exercises", {}).get(ex.slug, {})
+    shown = min(int(entry.get("hints_shown", 0) or 0), len(ex.hints))
+    return [Hint(ex, i, len(ex.hints), ex.hints[i]) for i in range(shown)]

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import gc
 import os
-import secrets
 import select
 import signal
 import threading
@@ -48,6 +47,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from . import catalog as catalog_mod
+from . import seeds
 from .check import DEVICES, worker_spec
 from .errors import SandboxUnavailable, UsageError
 from .file_events import POLL_INTERVAL, Change, Inotify, Poller, file_digest
@@ -219,7 +219,7 @@ class WatchSession:
         self.ex = catalog_mod.load().find(exercise)
         self.workspace = Workspace.find(workspace)
         self.file = self.workspace.exercise_file(self.ex)
-        self.seed = secrets.randbelow(2**31) if seed is None else int(seed)
+        self.seed = seeds.choose(seed)   # checked once, the same way for every sandbox
         self.wanted_device = device
         self.record = record
         self.debounce, self.poll_interval = debounce, poll_interval

@@ -65,7 +65,8 @@ def test_init_ci_github_writes_a_workflow_that_runs(tmp_path):
     text = path.read_text()
     assert "not tamper-proof" in text or "feedback for you, not a grade" in text
     wf = load_yaml(path)
-    assert set(wf.get("on") or wf.get("true")) == {"push", "pull_request", "workflow_dispatch"}   # PyYAML reads `on` as true
+    assert set(wf.get("on") or wf.get("true")) == {"push", "pull_request", "workflow_dispatch",   # PyYAML reads `on` as true
+                                                   "repository_dispatch"}                         # GitHub Classroom's trigger
     assert wf["permissions"]["contents"] == "read"
     assert wf["name"] == "Autograding Tests"
     job = wf["jobs"]["run-autograding-tests"]

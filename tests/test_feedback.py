@@ -86,5 +86,5 @@ def test_no_student_text_is_written_raw(graded):
     prose = re.sub(r"(?ms)^(`{3,})\n.*?^\1$", "", text)               # outside the fenced code blocks
     assert "<script>" not in prose and "](http" not in prose and "<b>" not in prose
     assert not any(line.startswith("# Grade") for line in prose.splitlines())
-    assert "alert(1)" in prose                                          # shown, as literal text
-    assert "# Grade: 10/10" in text                                     # inside a code block, inert
+    assert "# Grade: 10/10" in text and "alert(1)" in text              # inside a code block, inert
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html               # shown as text in the page

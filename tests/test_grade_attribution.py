@@ -75,7 +75,7 @@ def test_a_new_folder_never_inherits_the_zips_result(graded):
     assert book["x.zip"]["status"] == "pass" and book["x.zip"]["attention"] == "10"          # graded again
     assert book["x"]["status"] == "fail" and float(book["x"]["attention"]) < 10              # its own grade
     assert f"regrading x {EX1.dir}: the stored result is of another entry (x.zip), this one is x" in second.stdout
-    assert "grading 2 checks of 2 students" in second.stdout, second.stdout
+    assert "grading 2 checks of 5 students" in second.stdout, second.stdout
     rec = {k: json.loads((out / "results" / k / f"{EX1.dir}.grading.json").read_text()) for k in ("x", "x.zip")}
     assert rec["x"]["fingerprint"]["entry"] == {"name": "x", "entry": "x", "kind": "folder"}
     assert rec["x.zip"]["fingerprint"]["entry"] == {"name": "x", "entry": "x.zip", "kind": "zip"}

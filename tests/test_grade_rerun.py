@@ -103,9 +103,10 @@ def test_a_rerun_regrades_what_changed_and_says_why(tmp_path):
     assert records(out)["alice"]["fingerprint"]["versions"]["catalog"] == "2099.1.1"
     assert records(out)["bob"] == after["bob"]
 
-    # --format on a resumed run writes the views of the results it keeps
+    # --format on a resumed run writes the views of the results it keeps (alice's), not only of bob's
     views = grade([*args, "--format", "junit", "--format", "gradescope"], tmp_path, env)
-    assert "nothing left to grade" in views.stdout and "regrading" not in views.stdout
+    assert "resuming: 1 checks already graded are kept" in views.stdout and "regrading alice" not in views.stdout
+    assert f"regrading bob {EX1.dir}: the catalogue {CAT.version} -> 2099.1.1" in views.stdout
     for key in ("alice", "bob"):
         assert (out / "results" / key / f"{EX1.dir}.junit.xml").is_file()
         assert (out / "results" / key / f"{EX1.dir}.gradescope.json").is_file()

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -184,15 +185,14 @@ def test_a_class_with_a_deadline_through_the_real_command(tmp_path):
     pid = dead_pid()                                  # what a run killed by SIGKILL would have left
     (out / f".scratch-{pid}-abc" / "ws" / "alice").mkdir(parents=True)
     (out / f".scratch-{pid}-abc" / "ws" / "alice" / "attention.py").write_text("a copy of student code\n")
-    tmp = tmp_path / "tmp"
+    tmp = Path(tempfile.gettempdir())                 # where the bwrap launcher stages (its TMPDIR)
     (tmp / f"lumen-ex-stage-{pid}-xyz" / "0").mkdir(parents=True)
     (tmp / f"lumen-ex-stage-{pid}-xyz" / "1").write_text("")
-    (tmp / f"lumen-ex-stage-{os.getpid()}-live").mkdir()                             # a live owner: kept
+    live = Path(tempfile.mkdtemp(prefix=f"lumen-ex-stage-{os.getpid()}-"))              # a live owner: kept
     sandbox = best_sandbox()
     proc = grade([str(subs), "-e", "1", "--out", str(out), "--jobs", "2", "--sandbox", sandbox, "--seed", "3",
                   "--due", "2026-03-01T23:59+00:00", "--late-penalty", "10", "--late-cap", "50", "--grace", "15m",
-                  "--extensions", str(ext), *(["--unsafe"] if sandbox == "none" else [])], tmp_path,
-                 env={"TMPDIR": str(tmp)})
+                  "--extensions", str(ext), *(["--unsafe"] if sandbox == "none" else [])], tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     starts = next(i for i, line in enumerate(lines) if line.startswith("grading "))
@@ -216,12 +216,13 @@ def test_a_class_with_a_deadline_through_the_real_command(tmp_path):
     # the leftovers of the killed run are gone; the live one is kept
     assert not (out / f".scratch-{pid}-abc").exists()
     assert not (tmp / f"lumen-ex-stage-{pid}-xyz").exists()
-    assert (tmp / f"lumen-ex-stage-{os.getpid()}-live").exists()
+    assert live.exists()
+    live.rmdir()
     assert not list(out.glob(".scratch-*"))
 
     # a rerun without --due keeps the saved policy (nothing is regraded)
     again = grade([str(subs), "-e", "1", "--out", str(out), "--sandbox", sandbox,
-                   *(["--unsafe"] if sandbox == "none" else [])], tmp_path, env={"TMPDIR": str(tmp)})
+                   *(["--unsafe"] if sandbox == "none" else [])], tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
     rows = {r["student"]: r for r in csv.DictReader(io.StringIO((out / "gradebook.csv").read_text()))}
     assert rows["alice"]["final"] == "8"

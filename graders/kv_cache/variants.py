@@ -92,10 +92,11 @@ def step_variants(x_t, k_cache, v_cache, w_q, w_k, w_v, w_o, n_heads, *, which: 
          dict(attend_to="old")),
         ("cache-ignored", "your y_t equals attention over the new token alone",
          "the query must attend to every cached key as well as its own", dict(attend_to="new")),
-        ("decode-causal-mask", "your y_t equals attention in which the new query sees only the first key, as a "
-         "causal (top-left) mask makes it", "a single new query may see every cached key and itself: it needs "
-         "no mask, so drop it", dict(attend_to="first")),
     ]
+    if k_cache.shape[2] >= 2:   # with one cached token, "only the first key" is attend-before-append
+        cands.append(("decode-causal-mask", "your y_t equals attention in which the new query sees only the first "
+                      "key, as a causal (top-left) mask makes it", "a single new query may see every cached key "
+                      "and itself: it needs no mask, so drop it", dict(attend_to="first")))
     if 1 < n_kv_heads < n_heads:
         cands.append(("gqa-repeat", "your y_t equals grouped-query attention with the KV heads tiled (repeat) "
                       "instead of grouped",
