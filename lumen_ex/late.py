@@ -427,7 +427,14 @@ def record_times(out: Path, subs, zone: dt.tzinfo | None = None) -> None:
     zone = zone or (policy.due.tzinfo if policy else None)
     for sub in subs:
         found = submission_time(Path(sub.source), sub.kind, zone)
-        write_atomically(Path(out) / RESULTS / sub.student / TIME_FILE, json.dumps(found.to_dict()) + "\n")
+        target = Path(out) / RESULTS / sub.student / TIME_FILE
+        text = json.dumps(found.to_dict()) + "\n"
+        try:
+            if target.read_text() == text:
+                continue                     # unchanged: a rerun leaves the file as it was
+        except OSError:
+            pass
+        write_atomically(target, text)
 
 
 def recorded_time(out: Path, student: str) -> SubmittedAt:

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import CORPUS, ROOT, best_sandbox
 from lumen_ex import catalog, formats
-from lumen_ex.results import RunResult
+from lumen_ex.results import RunResult, points
 from test_cli import run
 
 jsonschema = pytest.importorskip("jsonschema")
@@ -292,14 +292,14 @@ def test_github_annotations_summary_and_classroom_result(buggy, tmp_path):
     warned = [c for c in cmds if c[0] == "warning"]
     assert covered == len(failing) or (warned and covered + int(warned[0][2].split()[0]) == len(failing))
     notice = [c for c in cmds if c[0] == "notice"]
-    assert len(notice) == 1 and notice[0][1]["title"].endswith("Points 4.83/10")
+    assert len(notice) == 1 and notice[0][1]["title"].endswith(f"Points {points(rec.score)}/10")
     # every log line is either a workflow command or starts with a test's mark
     for line in proc.stdout.splitlines():
         assert line.startswith("::") or line[:1] in "✓✗!⏱-", line
 
     # the job summary is appended, not overwritten
     assert summary.startswith("# earlier steps\n")
-    assert "### ❌ lumen-ex check 1 · Scaled dot-product attention: 4.83 / 10 points" in summary
+    assert f"### ❌ lumen-ex check 1 · Scaled dot-product attention: {points(rec.score)} / 10 points" in summary
     rows = [line for line in summary.splitlines() if line.startswith("| ") and not line.startswith("| |")]
     assert len(rows) == len(rec.tests)
     assert "likely mistake (no-scale)" in summary
@@ -316,7 +316,7 @@ def test_github_annotations_summary_and_classroom_result(buggy, tmp_path):
         assert r["score"] == pytest.approx(t.score, abs=1e-4)
         assert r["test_code"].startswith(f"lumen-ex check 1 --seed {SEED}") and t.id in r["test_code"]
     assert sum(r["score"] for r in runner["tests"]) == pytest.approx(rec.score, abs=1e-3)
-    assert outputs["score"] == "4.83" and outputs["max_score"] == "10"
+    assert outputs["score"] == points(rec.score) and outputs["max_score"] == "10"
 
 
 def test_github_annotation_points_at_the_line(tmp_path):

@@ -88,7 +88,7 @@ def make_class(root: Path) -> Path:
 
 def docs_of(out: Path) -> dict[tuple[str, str], dict]:
     return {(p.parent.name, p.stem): json.loads(p.read_text())
-            for p in sorted((out / "results").glob("*/*.json")) if p.name != "submission.json"
+            for p in sorted((out / "results").glob("*/*.json")) if p.name not in ("submission.json", "submitted.json")
             and p.stem.count(".") == 0}
 
 

@@ -179,10 +179,13 @@ def shard_main(jobs_file: str, out_file: str) -> None:
     results, ahead = {}, launch(*plan[0]) if plan else None
     for i, (job, root) in enumerate(plan):
         current, ahead = ahead, (launch(*plan[i + 1]) if i + 1 < len(plan) else None)
+        started = time.monotonic()
         try:
             results[job.path] = grade_file(job, root, current, launchers[job.sandbox], seeds)
         except Exception as exc:  # noqa: BLE001  reported as this file's failure
             results[job.path] = [{"seed": None, "error": f"{type(exc).__name__}: {exc}"}]
+        print(f"{job.path}: {time.monotonic() - started:.1f} s", flush=True)   # progress, in the shard's log
+        Path(out_file).write_text(json.dumps(results))   # what is done so far survives a time-out
         gc.collect()
     if ahead is not None:
         ahead.kill()
