@@ -55,19 +55,27 @@ def run_suite(suite: str, submission: Submission, *, seed: int, device: str,
         args += ["-k", select]
     if lean:
         args += [arg for name in LEAN_DISABLED for arg in ("-p", f"no:{name}")]
-    saved = os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    # No plugin autoloading, and nothing from the environment that adds options or plugins.
+    forced = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": None, "PYTEST_PLUGINS": None}
+    saved = {name: os.environ.get(name) for name in forced}
+    for name, value in forced.items():
+        _set_env(name, value)
     try:
         pytest.main(args, plugins=[plugin, *plugins])
     finally:
-        if saved is None:
-            os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
-        else:
-            os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = saved
+        for name, value in saved.items():
+            _set_env(name, value)
     results = plugin.ordered()
     if not results and not plugin.collect_errors:
         plugin.collect_errors.append(f"no tests were collected from {here}")
     return results, plugin.collect_errors
+
+
+def _set_env(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 def grader_error(message: str) -> TestResult:

@@ -31,6 +31,7 @@ check"), never skipped.
 from __future__ import annotations
 
 import ast
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -511,6 +512,8 @@ def scan_file(path: Path, forbidden: list[str], data: bytes | None = None) -> So
         data = _read_bounded(Path(path), MAX_SOURCE_BYTES + 1) if data is None else data
     except OSError as exc:
         return RefusedScan(f"the grader cannot read your file ({exc.strerror or type(exc).__name__})")
+    except Exception as exc:  # noqa: BLE001  lumen_ex.bounded.NotReadable: a FIFO, a device, a link
+        return RefusedScan(f"the grader cannot read your file ({exc})")
     try:
         return SourceScan(data, list(forbidden))
     except ScanRefused as exc:
@@ -521,21 +524,12 @@ def scan_file(path: Path, forbidden: list[str], data: bytes | None = None) -> So
 
 
 def _read_bounded(path: Path, limit: int) -> bytes:
-    """At most ``limit`` bytes of a regular file; never blocks on a FIFO or reads a device."""
-    import os
-    import stat
+    """At most ``limit`` bytes of a regular file; never blocks on a FIFO or reads a device (a file
+    over the limit is cut there, and then refused by the scan's own size bound)."""
+    from lumen_ex import bounded
 
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    fd = bounded.open_regular(Path(path), 1 << 62, name=Path(path).name)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(0, "it is not a regular file")
-        chunks, left = [], limit
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        return os.read(fd, limit)
     finally:
         os.close(fd)

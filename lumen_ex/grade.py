@@ -164,7 +164,7 @@ def describe_submission(out: Path, sub: Submission, prepared: Prepared) -> None:
             "graded": prepared.found, "missing": prepared.missing, "refused": prepared.refused,
             "ambiguous": prepared.ambiguous}
     write_atomically(Path(out) / RESULTS / sub.student / SUBMISSION_INFO,
-                     json.dumps(info, indent=1, ensure_ascii=False) + "\n")
+                     json.dumps(info, indent=1) + "\n")
 
 
 def select_students(subs: list[Submission], wanted: tuple[str, ...], folder: Path) -> list[Submission]:

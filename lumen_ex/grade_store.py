@@ -84,7 +84,7 @@ def write_result(out: Path, key: str, ex_dir: str, document: str, fp: dict | Non
         return
     record = {"fingerprint": fp, "result_sha256": hashlib.sha256(document.encode()).hexdigest(), "run": run,
               "recorded": _now()}
-    write_atomically(record_path(out, key, ex_dir), json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    write_atomically(record_path(out, key, ex_dir), json.dumps(record, indent=1) + "\n")
 
 
 def read_record(out: Path, key: str, ex_dir: str) -> dict | None:
@@ -185,7 +185,8 @@ def load_class(out: Path) -> dict:
 
 
 def save_class(out: Path, data: dict) -> None:
-    write_atomically(Path(out) / CLASS_FILE, json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    # ASCII JSON: a name that is not UTF-8 (a lone surrogate) is escaped and reads back the same.
+    write_atomically(Path(out) / CLASS_FILE, json.dumps(data, indent=1) + "\n")
 
 
 def class_seed(out: Path, asked: int | None) -> tuple[int, str]:

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from . import bounded
 
 MAX_BYTES = 256 * 1024    # the source scan's own bound (harness/source_scan.py MAX_SOURCE_BYTES)
 
@@ -39,30 +40,15 @@ class Snapshot:
 
 
 def take(path: Path, max_bytes: int = MAX_BYTES) -> Snapshot:
-    """Read ``path`` once (at most ``max_bytes``) and hash it; :class:`SnapshotRefused` if not."""
+    """Read ``path`` once (at most ``max_bytes``) and hash it; :class:`SnapshotRefused` if not.
+    A link the learner made to their own file is followed; what it ends at must be a regular
+    file (lumen_ex/bounded.py)."""
     path = Path(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise SnapshotRefused(f"{path.name} does not exist") from None
-    except OSError as exc:
-        raise SnapshotRefused(f"{path.name} cannot be read ({exc.strerror or type(exc).__name__})") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise SnapshotRefused(f"{path.name} is not a regular file")
-        chunks, left = [], max_bytes + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-    except OSError as exc:
-        raise SnapshotRefused(f"{path.name} cannot be read ({exc.strerror or type(exc).__name__})") from None
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    if len(data) > max_bytes:
+        data = bounded.read_regular(Path(os.path.realpath(path)), max_bytes, name=path.name)
+    except bounded.TooLarge:
         raise SnapshotRefused(f"{path.name} is over {max_bytes // 1024} KiB: too large to check "
-                              "(a solution is a few kilobytes)")
+                              "(a solution is a few kilobytes)") from None
+    except bounded.NotReadable as exc:
+        raise SnapshotRefused(str(exc)) from None
     return Snapshot(path.name, data, hashlib.sha256(data).hexdigest())

@@ -205,7 +205,7 @@ def test_unparsable_and_unreadable_files_are_refused(tmp_path):
     os.mkfifo(fifo)
     started = time.monotonic()
     result = scan_file(fifo, FORBIDDEN)
-    assert time.monotonic() - started < 1 and "not a regular file" in result.unverifiable("f")[0].why
+    assert time.monotonic() - started < 1 and "only regular files are read" in result.unverifiable("f")[0].why
     assert "cannot read" in scan_file(tmp_path / "missing.py", FORBIDDEN).unverifiable("f")[0].why
 
 

@@ -258,6 +258,9 @@ def test_hang_at_import_is_remembered(tmp_path, control):
     assert run.seconds < 40, f"the check took {run.seconds:.1f} s"
     assert [t.id for t in r.tests] == [t.id for t in control["bwrap"].result.tests], describe(r)
     for t in r.tests:
+        if t.group == "cuda":      # without a GPU the GPU test is skipped, whatever the file does
+            assert t.status is Status.SKIPPED, describe(r)
+            continue
         assert t.status is Status.TIMEOUT and t.diagnosis.kind == "timeout", describe(r)
         assert "import" in t.diagnosis.summary, describe(r)
 

@@ -143,7 +143,7 @@ def test_crafted_reply_is_a_fail_and_the_worker_is_replaced(tmp_path, sandbox, a
     if attack == "truncated_then_hang":
         assert "truncated frame" in attacked[0].message, attacked[0].message
     masks = [t for t in result.tests if "::test_causal_mask" in t.id]
-    assert len(masks) == 5 and all(t.status is Status.PASS for t in masks), \
+    assert len(masks) >= 5 and all(t.status is Status.PASS for t in masks), \
         [(t.id, t.status.value, t.message) for t in masks]
 
 

@@ -53,7 +53,11 @@ def _transposes_fixed_axes(exc) -> bool:
 
 
 def _numpy_bfloat16(exc) -> bool:
-    return "unsupported ScalarType BFloat16" in exc.message and "numpy" in expect.failing_line(exc)
+    """NumPy refused the tensor: it has no bfloat16, and it holds only CPU data (a meta or CUDA
+    tensor cannot become an array, nor be copied out for one with .cpu())."""
+    refused = re.search(r"unsupported ScalarType BFloat16|can't convert \w+ device type tensor to numpy|"
+                        r"Cannot copy out of meta tensor", exc.message)
+    return bool(refused) and "numpy" in expect.failing_line(exc)
 
 
 def _json_number(x: float):
@@ -66,8 +70,8 @@ NAMED_EXCEPTIONS = [
     ("fixed-axes-transposed", "the line that failed transposes axes other than the last two (k.T on a batched "
      "tensor reverses every axis, (B, H, L_k, d_k) -> (d_k, L_k, H, B)): swap only the last two, "
      "k.transpose(-2, -1) or k.mT", _transposes_fixed_axes),
-    ("numpy-round-trip", "your code goes through NumPy, which has no bfloat16 (and cuts the autograd graph): "
-     "compute in torch throughout", _numpy_bfloat16),
+    ("numpy-round-trip", "your code goes through NumPy, which has no bfloat16, works only on CPU data (not on the "
+     "inputs' device) and cuts the autograd graph: compute in torch throughout", _numpy_bfloat16),
 ]
 
 

@@ -109,10 +109,14 @@ def output_variants(q, k, v, mask=None, *, which: int = 0, dtype: torch.dtype | 
                           f"overflows in {str(dtype).removeprefix('torch.')}",
                           "subtract each row's maximum score before exp (torch.softmax does it for you)", naive))
     what, equals = (("output", "equals"), ("weights", "equal"))[which]
-    # A variant that is NaN everywhere names nothing (any NaN would match it): a softmax over the
-    # queries or the heads with a key-padding mask, whose hidden keys are hidden from every query.
+    # A softmax over the queries or the heads is NaN everywhere with a key-padding mask (its hidden
+    # keys are hidden from every query and head): the two are then one answer, and name nothing.
     return [Variant(name, sentence.format(what=what, equals=equals), pair[which], fix) for name, sentence, fix, pair in cands
-            if not bool(torch.isnan(pair[which]).all())]
+            if not (name in NAN_NAMES_NOTHING and bool(torch.isnan(pair[which]).all()))]
+
+
+# Softmaxes over another axis than the keys: with a key-padding mask both are NaN everywhere, alike.
+NAN_NAMES_NOTHING = ("softmax-over-queries", "softmax-over-heads")
 
 
 def causal_variants(L_q: int, L_k: int) -> list[Variant]:

@@ -161,7 +161,24 @@ def large_scores_case(seed: int, *, scale: float, top: float = 120.0, **sizes: i
     for n in range(q.shape[0]):
         for i in range(L_q):
             k[n, (i + n) % L_k] = aligned_key(q[n, i], top)   # (d_k,): q_i . k / sqrt(d_k) = top
-    return AttentionCase(case.q, k.reshape(case.k.shape), case.v, case.mask, case.sizes, case.batch_axes)
+    mask = case.mask.clone()
+    _plant_near_tie(q, k, mask.reshape(-1, L_q, L_k), top)
+    return AttentionCase(case.q, k.reshape(case.k.shape), case.v, mask, case.sizes, case.batch_axes)
+
+
+def _plant_near_tie(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, top: float) -> None:
+    """In row 0 of batch-head 0, two allowed keys 2 apart and at least 20 above every other allowed
+    score: its weights are then 0.88 and 0.12 (not one-hot), so a wrong scale moves them by ~0.1,
+    a hundred times LARGE_TOL, at every seed. Key L_k - 1 is planted for no query (L_q < L_k)."""
+    L_k = k.shape[1]
+    assert q.shape[1] < L_k, "the near tie needs a key no query is planted on"
+    second = L_k - 1
+    mask[0, 0, second] = True                                   # a second allowed key (hidden: key L_k // 2)
+    others = [j for j in range(1, L_k - 1) if bool(mask[0, 0, j])]
+    scores = (k[0, others] @ q[0, 0]) / q.shape[-1] ** 0.5      # (len(others),)
+    best = max([top - 20.0, *(float(x) for x in scores)]) + 20.0
+    k[0, 0] = aligned_key(q[0, 0], best)                        # (d_k,)
+    k[0, second] = aligned_key(q[0, 0], best - 2.0)
 
 
 @dataclass

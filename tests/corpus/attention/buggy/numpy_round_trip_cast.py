@@ -1,7 +1,7 @@
-# bug: computes the softmax in NumPy (via float64, so every dtype converts) and comes back with torch.from_numpy: no gradient reaches q or k
-# expect-kind: property
-# expect-misconception: no-gradient
-# expect-test: test_gradients_flow
+# bug: computes the softmax in NumPy (via .cpu().double(), so every dtype converts) and comes back with torch.from_numpy: no gradient reaches q or k, and the result leaves the inputs' device
+# expect-kind: exception
+# expect-misconception: numpy-round-trip
+# expect-test: test_runs_on_meta
 
 import math
 
