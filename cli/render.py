@@ -33,7 +33,7 @@ KIND_LABEL = {"shape": "shape", "dtype": "dtype", "device": "device", "nonfinite
               "values": "values", "property": "property", "exception": "exception", "import": "import",
               "missing": "missing", "signature": "signature", "arity": "returns", "type": "type",
               "timeout": "timeout", "crash": "crash", "protocol": "protocol", "forbidden": "forbidden",
-              "grader": "grader"}
+              "grader": "grader", "file": "file"}
 
 
 def console() -> Console:

@@ -123,14 +123,15 @@ def grade(ex, workspace: Path, learner_file: Path, launcher: Launcher, *, seed: 
 
 def _refused(ex, reason: str, launcher: Launcher, *, device, seed, started, warning) -> RunResult:
     """The result for a file that cannot be graded at all (lumen_ex/snapshot.py): one failed row,
-    no test run, nothing scored."""
+    no test run, nothing scored: the row carries the exercise's whole maximum, so the scores add up."""
     message = f"your file was not graded: {reason}"
+    total = scores.total(ex.points.values())
     row = TestResult("file", "the exercise file can be read", "file", Status.FAIL, message=message,
-                     diagnosis=Diagnosis("file", message), max_score=0.0)
+                     diagnosis=Diagnosis("file", message), max_score=total)
     note = " ".join(filter(None, [launcher.note(), warning]))
     return RunResult(
         exercise=ex.summary(), status=Status.FAIL, sandbox=SandboxInfo(launcher.name, launcher.isolated, {}, note),
-        device=device, seed=seed, score=0.0, max_score=scores.total(ex.points.values()),
+        device=device, seed=seed, score=0.0, max_score=total,
         duration=time.monotonic() - started, message=message, tests=[row],
         versions={**base_versions(), "catalog": catalog_mod.load().version},
     )

@@ -26,6 +26,7 @@ class Status(str, enum.Enum):
 
 # Diagnosis kinds, in the order a test checks them: an earlier kind explains a later one.
 DIAGNOSIS_KINDS = (
+    "file",          # the learner's file could not be read at all (lumen_ex/snapshot.py)
     "import",        # the learner's file could not be imported
     "missing",       # a graded function is not defined
     "signature",     # it is defined with the wrong parameters

@@ -197,3 +197,19 @@ def test_doctor_reports_sandboxes(tmp_path):
     assert proc.returncode == 0
     names = {(f["area"], f["name"]) for f in json.loads(proc.stdout)["findings"]}
     assert {("sandbox", "bwrap"), ("sandbox", "docker"), ("sandbox", "none"), ("device", "cuda")} <= names
+
+
+@pytest.mark.parametrize("case,source", [("check-no-scale-80", BUGGY_NO_SCALE), ("check-stub-80", None),
+                                         ("check-syntax-error-80", SYNTAX_ERROR)])
+def test_check_output_at_80_columns(workspace, case, source):
+    """At 80 columns no two rows of the test table look the same (the test ids are kept whole),
+    and repeated causes are folded into one row."""
+    if source is not None:
+        put(workspace, source)
+    proc = run(["check", "1", "--sandbox", "none", "--seed", "7"], workspace / "01-attention", {"COLUMNS": "80"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    text = normalise(proc.stdout, workspace.parent)
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    rows = [line for line in text.splitlines() if line[:1] in ("✓", "✗", "!", "⏱", "-")]
+    assert rows and len(rows) == len(set(rows)), text
+    compare(case, text)

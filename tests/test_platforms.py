@@ -199,6 +199,11 @@ def test_a_submission_cannot_forge_the_platform_results(tmp_path):
                       "--env", f"{platforms.EXERCISES_ENV}=1", current_image(), "/autograder/run_autograder")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = load("gradescope", results / "results.json")
-    assert doc["output"] != "forged" and doc["score"] == pytest.approx(EX1.max_score)
+    # Ours, not the forger's: lumen-ex's tests, a score within the maximum that is their sum. (The
+    # forger's own os/open calls make its code unverifiable to the source scan, so it does not
+    # score full marks either: harness/source_scan.py.)
+    assert doc["output"] != "forged" and doc["tests"], doc
+    assert 0 <= doc["score"] <= EX1.max_score
+    assert doc["score"] == pytest.approx(sum(t["score"] for t in doc["tests"]))
     assert sorted(p.name for p in results.iterdir()) == ["results.json"]
 
