@@ -39,10 +39,10 @@ def import_torch_seconds(n: int = 5) -> float:
 
 def reference_workspace() -> Path:
     """A fresh workspace whose exercise files are the reference solutions."""
-    from lumen_ex import catalog
+    from lumen_ex.core import catalog
 
     tmp = Path(tempfile.mkdtemp(prefix="lumen-bench-"))
     subprocess.run([LUMEN_EX, "init", str(tmp / "ws")], check=True, capture_output=True)
     for ex in catalog.load().exercises:
-        shutil.copyfile(ROOT / "reference" / ex.file, tmp / "ws" / ex.dir / ex.file)
+        shutil.copyfile(ROOT / "src/lumen_ex/reference" / ex.file, tmp / "ws" / ex.dir / ex.file)
     return tmp / "ws"

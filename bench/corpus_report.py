@@ -3,7 +3,7 @@
     python bench/corpus_report.py [--exercise 1|2] [--seed 1234] [--jobs 2] [--sandbox auto|bwrap|none] [-v]
 
 Every file under tests/corpus/<suite>/{correct,buggy}/ is graded through the real entry point
-(lumen_ex.check.run_check, in a fresh workspace each). Buggy files declare in their header what the
+(lumen_ex.harness.check.run_check, in a fresh workspace each). Buggy files declare in their header what the
 first failing test must report (``# expect-kind:``, optional ``# expect-misconception:`` and
 ``# expect-test:``; see tests/test_corpus_attention.py). Printed per exercise and in total:
 
@@ -73,9 +73,9 @@ class Outcome:
 
 def grade_one(args: tuple[int, str, bool, int, str]) -> Outcome:
     exercise, path_s, correct, seed, sandbox = args
-    from lumen_ex import catalog
-    from lumen_ex.check import run_check
-    from lumen_ex.workspace import Workspace
+    from lumen_ex.core import catalog
+    from lumen_ex.harness.check import run_check
+    from lumen_ex.core.workspace import Workspace
 
     path = Path(path_s)
     started = time.monotonic()

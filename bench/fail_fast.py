@@ -16,18 +16,18 @@ import shutil
 from common import LUMEN_EX, ROOT, median_of, reference_workspace, timed
 
 SYNTAX_ERROR = "import torch\n\ndef scaled_dot_product_attention(q, k, v, mask=None)\n    return q, q\n"
-HANGS = (ROOT / "reference" / "attention.py").read_text().replace(
+HANGS = (ROOT / "src/lumen_ex/reference" / "attention.py").read_text().replace(
     '    d_k = q.size(-1)', '    while True:\n        pass\n    d_k = q.size(-1)', 1)
 
 
 def main() -> None:
-    from lumen_ex import catalog
+    from lumen_ex.core import catalog
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--sandbox", default="auto")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    assert HANGS != (ROOT / "reference" / "attention.py").read_text(), "the reference changed: adapt HANGS"
+    assert HANGS != (ROOT / "src/lumen_ex/reference" / "attention.py").read_text(), "the reference changed: adapt HANGS"
     ex = catalog.load().find(1)
     workspaces = {}
     for name, source in (("passing", None), ("syntax error", SYNTAX_ERROR), ("hanging function", HANGS)):

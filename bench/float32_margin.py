@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/float32_margin.py [--seeds 300]
 
-The float64 value checks accept a result within the float32 tolerance (graders/support/expect.py
+The float64 value checks accept a result within the float32 tolerance (src/lumen_ex/graders/support/expect.py
 TOLERANCES, docs/tolerances.md), so that code that computes in float32 and casts back (the habit of
 llama-style code: ``softmax(scores.float(), dim=-1).type_as(q)``) passes at every seed. This script
 measures, on the hidden tests' own float64 inputs and over many seeds:

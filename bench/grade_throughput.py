@@ -12,7 +12,7 @@ with the same seed for every check:
 1. naive: one `lumen-ex check N --format json` subprocess per student x exercise, one after another;
 2. batch: `lumen-ex grade CLASS --jobs J` (warm grading processes, the next worker started during
    the current tests, J at a time);
-3. threads (unless --no-threads): the alternative design, J threads calling lumen_ex.check.run_check
+3. threads (unless --no-threads): the alternative design, J threads calling lumen_ex.harness.check.run_check
    in one process, to compare threads with processes.
 
 It prints submissions (students) per minute for each and the ratios, and checks that the batch gave
@@ -43,13 +43,13 @@ SEED = 11
 
 def make_class(root: Path, n: int) -> dict[str, str]:
     """``n`` student workspaces under ``root``; returns student -> kind (correct, buggy, hostile)."""
-    from lumen_ex import catalog
-    from lumen_ex.workspace import Workspace
+    from lumen_ex.core import catalog
+    from lumen_ex.core.workspace import Workspace
 
     cat = catalog.load()
     ex1, ex2 = cat.find(1), cat.find(2)
-    correct1 = [ROOT / "reference" / ex1.file, *sorted((CORPUS / "attention" / "correct").glob("*.py"))]
-    correct2 = [ROOT / "reference" / ex2.file, *sorted((CORPUS / "kv_cache" / "correct").glob("*.py"))]
+    correct1 = [ROOT / "src/lumen_ex/reference" / ex1.file, *sorted((CORPUS / "attention" / "correct").glob("*.py"))]
+    correct2 = [ROOT / "src/lumen_ex/reference" / ex2.file, *sorted((CORPUS / "kv_cache" / "correct").glob("*.py"))]
     buggy1 = sorted((CORPUS / "attention" / "buggy").glob("*.py"))
     buggy2 = sorted((CORPUS / "kv_cache" / "buggy").glob("*.py"))
     hostile = [CORPUS / "hostile" / f"{name}.py" for name in HOSTILE]
@@ -122,7 +122,7 @@ def threads(root: Path, students: list[str], exercises: list[str], sandbox: str,
 
 
 def threads_child(root: Path, exercises: list[str], sandbox: str, jobs: int, verdicts_file: Path) -> None:
-    from lumen_ex.check import run_check
+    from lumen_ex.harness.check import run_check
 
     def one(item):
         student, ex = item

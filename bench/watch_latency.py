@@ -27,7 +27,7 @@ from pathlib import Path
 
 from common import LUMEN_EX, ROOT, median_of, reference_workspace, timed
 
-# A second correct solution, different from reference/attention.py line for line.
+# A second correct solution, different from src/lumen_ex/reference/attention.py line for line.
 EINSUM = '''"""Correct, written differently: einsum and torch.where."""
 import math
 
@@ -51,7 +51,7 @@ def causal_mask(L_q, L_k=None, device=None):
 
 
 def versions() -> list[str]:
-    return [(ROOT / "reference" / "attention.py").read_text(), EINSUM]
+    return [(ROOT / "src/lumen_ex/reference" / "attention.py").read_text(), EINSUM]
 
 
 def write(path: Path, text: str) -> None:
@@ -60,7 +60,7 @@ def write(path: Path, text: str) -> None:
 
 
 def session_latencies(ws: Path, sandbox: str, saves: int) -> tuple[list[float], float, list[str]]:
-    from lumen_ex.watch import WatchSession
+    from lumen_ex.learner.watch import WatchSession
 
     started = time.perf_counter()
     session = WatchSession("1", workspace=ws, sandbox=sandbox, seed=1, record=False)

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from lumen_ex import catalog
-from lumen_ex.check import run_check
-from lumen_ex.results import RunResult
+from lumen_ex.core import catalog
+from lumen_ex.harness.check import run_check
+from lumen_ex.core.results import RunResult
 from lumen_ex.sandbox.bwrap import BwrapLauncher
-from lumen_ex.workspace import Workspace
+from lumen_ex.core.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path(__file__).resolve().parent / "corpus"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lumen_ex.sandbox import docker as docker_backend
-from lumen_ex.sandbox import engine
+from lumen_ex.image import engine
 
 
 def _probe() -> tuple[bool, str]:

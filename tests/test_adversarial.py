@@ -31,9 +31,9 @@ import pytest
 
 from conftest import CORPUS, requires_bwrap, tree_hash, workspace_with
 from docker_support import containers_of_workspace, docker_param, live_processes_with, needs_docker, wait_until
-from lumen_ex import catalog
-from lumen_ex.check import run_check
-from lumen_ex.results import RunResult, Status
+from lumen_ex.core import catalog
+from lumen_ex.harness.check import run_check
+from lumen_ex.core.results import RunResult, Status
 
 EXERCISE = catalog.load().find(1)
 LIMITS = EXERCISE.limits

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from lumen_ex import catalog
-from lumen_ex.errors import UnknownExercise
-from lumen_ex.results import Status
+from lumen_ex.core import catalog
+from lumen_ex.core.errors import UnknownExercise
+from lumen_ex.core.results import Status
 
 EXERCISES = catalog.load().exercises
 REFERENCE = Path(catalog.exercises_root()).parent / "reference"

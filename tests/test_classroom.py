@@ -26,7 +26,7 @@ import pytest
 
 from conftest import CORPUS, ROOT
 from docker_support import needs_docker
-from lumen_ex import catalog
+from lumen_ex.core import catalog
 from test_cli import LUMEN_EX, run
 from test_grade import grade, make_class
 
@@ -90,7 +90,7 @@ def test_init_ci_github_writes_a_workflow_that_runs(tmp_path):
     assert (repo / ".gitignore").read_text().startswith(".lumen-ex/")
 
     # run the first check step as the runner would: in the repository, with GitHub's files set
-    shutil.copyfile(ROOT / "reference" / EX1.file, repo / EX1.path)
+    shutil.copyfile(ROOT / "src/lumen_ex/reference" / EX1.file, repo / EX1.path)
     argv = shlex.split(checks[0]["run"])
     output = tmp_path / "github_output"
     env = {**os.environ, "GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
@@ -213,7 +213,7 @@ def docker_run_argv(container: dict, pod: dict, volume: Path, index: int, image:
 
 @needs_docker
 def test_one_index_of_the_job_runs_in_the_grader_image_and_is_collected(emitted):
-    from lumen_ex import image as image_mod
+    from lumen_ex.image import tag as image_mod
 
     root, subs, out, _ = emitted
     image = image_mod.status().ref          # the image of exactly this lumen-ex (needs_docker checks it)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from lumen_ex import catalog
+from lumen_ex.core import catalog
 
 GOLDEN = Path(__file__).parent / "golden"
 REFERENCE = Path(catalog.exercises_root()).parent / "reference"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import workspace_with
-from lumen_ex import seeds
-from lumen_ex.errors import UsageError
+from lumen_ex.core import seeds
+from lumen_ex.core.errors import UsageError
 
 LUMEN_EX = str(Path(sys.executable).parent / "lumen-ex")
 

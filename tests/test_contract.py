@@ -2,9 +2,9 @@
 
 The hidden suites' coverage of the contract is mapped in docs/contract-coverage.md and proven by
 the corpus (tests/test_corpus_*.py); here: the meta device crosses the pipe as a verified fact
-(harness/wire.py, harness/proxy.py), the run names a likely mistake only when it explains most of
-the failing value tests (lumen_ex/results.py), value diffs show the digits that differ, and a
-float32 result is traced to the line of the graded file that made it (graders/support/expect.py).
+(src/lumen_ex/sandbox/inside/wire.py, src/lumen_ex/harness/proxy.py), the run names a likely mistake only when it explains most of
+the failing value tests (src/lumen_ex/core/results.py), value diffs show the digits that differ, and a
+float32 result is traced to the line of the graded file that made it (src/lumen_ex/graders/support/expect.py).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from lumen_ex.graders.support import expect
-from lumen_ex.harness import wire
+from lumen_ex.sandbox.inside import wire
 from lumen_ex.harness.proxy import _annotator
-from lumen_ex.results import Diagnosis, Status, summarise_misconceptions
-from lumen_ex.results import TestResult as Result   # not collected as a test class
+from lumen_ex.core.results import Diagnosis, Status, summarise_misconceptions
+from lumen_ex.core.results import TestResult as Result   # not collected as a test class
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -169,9 +169,9 @@ def test_every_test_the_table_names_exists(suite):
     """Each test id docs/contract-coverage.md cites is a test of the hidden suites (parametrized ids
     included), so the table cannot drift from the suites."""
     table = (ROOT / "docs" / "contract-coverage.md").read_text()
-    source = (ROOT / "graders" / suite).read_text()
+    source = (ROOT / "src/lumen_ex/graders" / suite).read_text()
     defined = set(re.findall(r"^def (test_\w+)", source, re.MULTILINE))
-    other = (ROOT / "graders" / ("kv_cache/test_kv_cache.py" if "attention" in suite else "attention/test_attention.py")).read_text()
+    other = (ROOT / "src/lumen_ex/graders" / ("kv_cache/test_kv_cache.py" if "attention" in suite else "attention/test_attention.py")).read_text()
     both = defined | set(re.findall(r"^def (test_\w+)", other, re.MULTILINE))
     cited = set(re.findall(r"`(test_\w+)", table))
     assert cited - both == set(), f"the table cites tests that do not exist: {cited - both}"

@@ -8,7 +8,7 @@ Each file in corpus/attention/buggy/ starts with header comments::
     # expect-misconception: <variant name>     (optional) the named mistake that test must report
     # expect-test: <test id>                   (optional) which hidden test must fail first
 
-The files are graded through the real entry point (lumen_ex.check.run_check, via the ``grade``
+The files are graded through the real entry point (lumen_ex.harness.check.run_check, via the ``grade``
 fixture) in the best sandbox available, so each case exercises the worker, the pipe protocol and
 the harness's own verdicts.
 """
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import pytest
 
-from lumen_ex import catalog
-from lumen_ex.results import DIAGNOSIS_KINDS, Status
+from lumen_ex.core import catalog
+from lumen_ex.core.results import DIAGNOSIS_KINDS, Status
 
 from conftest import CORPUS, ROOT, bwrap_ok
 from corpus_headers import headers
@@ -94,7 +94,7 @@ def test_buggy_solution_fails_with_declared_diagnosis(grade, path):
 
 
 def test_stub_fails(grade):
-    stub = ROOT / "exercises" / "01-attention" / "attention.py"
+    stub = ROOT / "src/lumen_ex/exercises" / "01-attention" / "attention.py"
     result = grade(1, stub)
     assert result.status is Status.FAIL, describe(result)
     assert result.score < result.max_score
@@ -106,7 +106,7 @@ SANDBOXES = ["bwrap", "none"] if bwrap_ok() else ["none"]
 
 
 def test_reference_full_score_under_every_sandbox(grade):
-    reference = ROOT / "reference" / "attention.py"
+    reference = ROOT / "src/lumen_ex/reference" / "attention.py"
     results = {sb: grade(1, reference, sandbox=sb, seed=4321) for sb in SANDBOXES}
     for sb, result in results.items():
         assert result.sandbox.backend == sb

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import pytest
 
-from lumen_ex import catalog
-from lumen_ex.results import DIAGNOSIS_KINDS, Status
+from lumen_ex.core import catalog
+from lumen_ex.core.results import DIAGNOSIS_KINDS, Status
 
 from conftest import CORPUS, ROOT
 from corpus_headers import headers
@@ -65,13 +65,13 @@ def test_buggy_submission_is_diagnosed(grade, path):
 
 
 def test_stub_fails(grade):
-    result = grade(2, ROOT / "exercises" / "02-kv-cache" / "kv_cache.py")
+    result = grade(2, ROOT / "src/lumen_ex/exercises" / "02-kv-cache" / "kv_cache.py")
     assert result.status is Status.FAIL, describe(result)
     assert result.score < result.max_score, describe(result)
     assert result.first_failure.diagnosis.kind == "exception"
 
 
 def test_reference_scores_full_marks(grade):
-    result = grade(2, ROOT / "reference" / "kv_cache.py")
+    result = grade(2, ROOT / "src/lumen_ex/reference" / "kv_cache.py")
     assert result.status is Status.PASS, describe(result)
     assert result.score == pytest.approx(result.max_score) == catalog.load().find(2).max_score

@@ -21,14 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from lumen_ex import catalog
-from lumen_ex.check import run_check
-from lumen_ex.errors import SandboxUnavailable
-from lumen_ex.results import Diagnosis, RunResult, SandboxInfo, Status
-from lumen_ex.results import TestResult as Record
+from lumen_ex.core import catalog
+from lumen_ex.harness.check import run_check
+from lumen_ex.core.errors import SandboxUnavailable
+from lumen_ex.core.results import Diagnosis, RunResult, SandboxInfo, Status
+from lumen_ex.core.results import TestResult as Record
 from lumen_ex.sandbox import docker as docker_backend
 from lumen_ex.sandbox.docker import DockerSandbox
-from lumen_ex.sandbox.limits import Limits
+from lumen_ex.core.limits import Limits
 from lumen_ex.sandbox.result_document import MAX_BYTES, DocumentError, parse_document, read_document
 
 from conftest import best_sandbox, interruptible, workspace_with
@@ -359,8 +359,8 @@ def test_unreadable_workspace_is_a_usage_error(tmp_path, fake_docker):
 
 @pytest.fixture
 def image_is(monkeypatch):
-    from lumen_ex import image
-    from lumen_ex.sandbox import engine
+    from lumen_ex.image import tag as image
+    from lumen_ex.image import engine
 
     def set_state(state: str):
         content = image.content_hash()
@@ -379,12 +379,13 @@ def image_is(monkeypatch):
 
 
 def test_tag_is_version_and_content_hash(tmp_path):
-    from lumen_ex import __version__, image
+    from lumen_ex import __version__
+    from lumen_ex.image import tag as image
 
     files = image.package_files()
     assert any(name.startswith("lumen_ex/graders/") for name in files)
     assert any(name.startswith("lumen_ex/reference/") for name in files)
-    assert "lumen_ex/harness/worker.py" in files and "lumen_ex/sandbox/container.py" in files
+    assert "lumen_ex/sandbox/inside/worker.py" in files and "lumen_ex/sandbox/container.py" in files
     assert not any("__pycache__" in name or name.endswith(".pyc") for name in files)
     tag = image.image_tag()
     assert tag.startswith(f"{__version__}-") and len(tag.split("-")[-1]) == 12
@@ -444,7 +445,7 @@ def test_cli_missing_image_exits_3(tmp_path):
 # Real runs (need the engine and the image)
 
 STUBS = Path(catalog.exercises_root())
-REFERENCES = ROOT / "reference"
+REFERENCES = ROOT / "src/lumen_ex/reference"
 
 
 def _grade(tmp_path, exercise: int, source, sandbox: str, seed: int = 1234) -> RunResult:
@@ -517,7 +518,7 @@ PROBE = textwrap.dedent('''
                 "read_suite": can_read(os.path.join(lumen, "graders", "attention", "test_attention.py")),
                 "read_reference": can_read(os.path.join(lumen, "reference", "attention.py")),
                 "read_harness": can_read(os.path.join(lumen, "harness", "client.py")),
-                "read_worker": can_read(os.path.join(lumen, "harness", "worker.py")),
+                "read_worker": can_read(os.path.join(lumen, "sandbox", "inside", "worker.py")),
                 "read_record": any(can_read(p) for p in glob.glob(os.path.join(site, "lumen_ex-*.dist-info", "RECORD"))),
                 "enter_results": os.access("/results", os.X_OK),
                 "other_environs": [d for d in procs if can_read(d + "/environ")],
@@ -544,7 +545,7 @@ def test_isolation_inside_the_container(tmp_path):
     assert facts["read_worker"]
     assert not any(facts[k] for k in ("read_suite", "read_reference", "read_harness", "read_record", "enter_results"))
     assert facts["other_environs"] == []
-    assert any("lumen-ex-grade" in c for c in facts["cmdlines"])         # it does see the harness ...
+    assert any("lumen-ex-container" in c for c in facts["cmdlines"])         # it does see the harness ...
     assert not any("987654321" in c for c in facts["cmdlines"])        # ... but not the seed
     assert set(facts["env"]) <= {"PATH", "HOME", "LANG", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                  "PYTHONHASHSEED", "PYTHONUNBUFFERED", "LC_CTYPE"}
@@ -555,7 +556,7 @@ HANG = "import time\nwhile True:\n    time.sleep(0.1)\n"
 
 @needs_docker
 def test_real_wall_clock_limit_kills_the_container(tmp_path):
-    from lumen_ex import image
+    from lumen_ex.image import tag as image
 
     ws = _ws(tmp_path, 1, HANG)
     started = time.monotonic()

@@ -1,4 +1,4 @@
-"""Per-student feedback files (lumen_ex/feedback.py) written by the real `lumen-ex grade`.
+"""Per-student feedback files (src/lumen_ex/classroom/feedback_files.py) written by the real `lumen-ex grade`.
 
 One class of two: mallory's attention inverts the mask (a failing test with a heatmap picture) and
 prints text that would be a heading, a link, a script and a terminal escape if it were written raw;
@@ -15,7 +15,7 @@ import re
 import pytest
 
 from conftest import ROOT, best_sandbox
-from lumen_ex.png import PNG_SIGNATURE
+from lumen_ex.feedback.png import PNG_SIGNATURE
 from test_cli_pictures import MASK_INVERTED
 from test_grade import grade, put
 
@@ -31,7 +31,7 @@ def graded(tmp_path_factory):
     root = tmp_path_factory.mktemp("feedback")
     subs = root / "submissions"
     put(subs / NAME, "attention.py", MALLORY)
-    put(subs / "trent", "attention.py", ROOT / "reference" / "attention.py")
+    put(subs / "trent", "attention.py", ROOT / "src/lumen_ex/reference" / "attention.py")
     out = root / "out"
     sandbox = best_sandbox()
     proc = grade([str(subs), "-e", "1", "--out", str(out), "--sandbox", sandbox, "--seed", "11",

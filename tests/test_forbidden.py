@@ -3,11 +3,11 @@
 The worker shares its process with the learner's code, so what it reports (its record of forbidden
 calls, its work counter) is a hint that may only add a diagnosis. The proofs are the harness's own:
 
-- forbidden APIs: the source scan (harness/source_scan.py), unit-tested here on every alias and
+- forbidden APIs: the source scan (src/lumen_ex/harness/source_scan.py), unit-tested here on every alias and
   dynamic form; what it cannot follow is refused ("cannot be verified"), files over its bounds are
   refused ("too large to check"), never skipped, and its cost is linear in the file;
 - the per-step cost of exercise 2: the step's time measured by the grader at T and 8T
-  (graders/kv_cache/test_kv_cache.py).
+  (src/lumen_ex/graders/kv_cache/test_kv_cache.py).
 
 Then real attacks graded end to end under bwrap and docker: each must FAIL with a clear message.
 """
@@ -22,10 +22,10 @@ import pytest
 
 from conftest import requires_bwrap, workspace_with
 from docker_support import docker_param
-from lumen_ex.check import run_check
+from lumen_ex.harness.check import run_check
 from lumen_ex.harness import source_scan
 from lumen_ex.harness.source_scan import SourceScan, scan_file
-from lumen_ex.results import RunResult, Status
+from lumen_ex.core.results import RunResult, Status
 
 FORBIDDEN = ["torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention",
              "torch.nn.functional.multi_head_attention_forward"]

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from conftest import CORPUS, ROOT, best_sandbox
-from lumen_ex import catalog, formats
-from lumen_ex.results import RunResult, points
+from lumen_ex.core import catalog
+from lumen_ex.feedback import formats
+from lumen_ex.core.results import RunResult, points
 from test_cli import run
 
 jsonschema = pytest.importorskip("jsonschema")
@@ -82,7 +83,7 @@ def buggy(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def correct(tmp_path_factory):
-    return Checked(tmp_path_factory.mktemp("correct"), ROOT / "reference" / "attention.py")
+    return Checked(tmp_path_factory.mktemp("correct"), ROOT / "src/lumen_ex/reference" / "attention.py")
 
 
 def test_the_cli_offers_every_format():
@@ -93,8 +94,8 @@ def test_the_cli_offers_every_format():
 
 
 def test_the_cli_choices_are_the_library_s():
-    from lumen_ex.check import DEVICES
-    from lumen_ex.cli import choices
+    from lumen_ex.harness.check import DEVICES
+    from lumen_ex.core import options as choices
     from lumen_ex.sandbox.select import CHOICES
 
     assert choices.FORMATS == formats.NAMES
@@ -123,7 +124,7 @@ def test_gradescope(buggy):
     assert doc["visibility"] == "visible" and doc["stdout_visibility"] == "hidden"
     assert len(doc["tests"]) == len(rec.tests)
     for i, (g, t) in enumerate(zip(doc["tests"], rec.tests), 1):
-        skipped = t.status.value == "skipped"       # marked as skipped (lumen_ex/formats/gradescope.py)
+        skipped = t.status.value == "skipped"       # marked as skipped (src/lumen_ex/feedback/formats/gradescope.py)
         assert g["name"] == f"{t.group}: {t.name}" + (" (skipped)" if skipped else "")
         assert g["number"] == f"1.{i}"
         assert g["score"] == pytest.approx(t.score) and g["max_score"] == pytest.approx(t.max_score)
@@ -226,7 +227,7 @@ def test_junit(buggy):
 
 def test_junit_escapes_what_xml_cannot_carry():
     """Control characters from learner output become #xNN, so the file still parses."""
-    from lumen_ex.formats import junit
+    from lumen_ex.feedback.formats import junit
 
     rec = _record_with_output("bell\x07 and nul\x00 and esc\x1b[31m")
     root = ET.fromstring(junit.render(rec))
@@ -235,7 +236,7 @@ def test_junit_escapes_what_xml_cannot_carry():
 
 
 def _record_with_output(text: str) -> RunResult:
-    from lumen_ex.results import SandboxInfo, Status, TestResult
+    from lumen_ex.core.results import SandboxInfo, Status, TestResult
 
     return RunResult(exercise=EX1.summary(), status=Status.PASS, sandbox=SandboxInfo("bwrap", True), device="cpu",
                      seed=1, score=1, max_score=1, message="all tests passed",
@@ -340,7 +341,7 @@ def test_github_output_cannot_be_forged_by_the_submission(tmp_path):
                    for line in lines)
     assert "%0A::error::forged" in proc.stdout       # escaped inside our own annotation instead
     notices = [c for c in commands(proc.stdout) if c[0] == "notice"]
-    from lumen_ex.formats._text import points
+    from lumen_ex.feedback.text import points
 
     assert len(notices) == 1 and notices[0][1]["title"].endswith(f"Points {points(checked.record.score)}/10")
     assert json.loads(base64.b64decode(outputs["result"]))["status"] == "fail"
@@ -368,7 +369,7 @@ def test_json_format_is_unchanged(correct):
 
 
 def grader_error() -> RunResult:
-    from lumen_ex.results import Diagnosis, SandboxInfo, Status, TestResult
+    from lumen_ex.core.results import Diagnosis, SandboxInfo, Status, TestResult
 
     msg = "test groups not in the catalogue: extra"
     return RunResult(exercise=EX1.summary(), status=Status.ERROR, sandbox=SandboxInfo("bwrap", True), device="cpu",
@@ -392,13 +393,13 @@ def test_views_of_a_grader_error():
     gh = commands(formats.get("github").render(rec))
     errors = [c for c in gh if c[0] == "error"]
     assert len(errors) == 1 and "file" not in errors[0][1] and "the grader could not finish" in errors[0][1]["title"]
-    from lumen_ex.formats.github import classroom_result
+    from lumen_ex.feedback.formats.github import classroom_result
 
     assert classroom_result(rec)["status"] == "error"
 
 
 def test_unknown_format_is_a_usage_error():
-    from lumen_ex.errors import UsageError
+    from lumen_ex.core.errors import UsageError
 
     with pytest.raises(UsageError, match="unknown format 'csv'"):
         formats.get("csv")

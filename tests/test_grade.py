@@ -23,14 +23,14 @@ from pathlib import Path
 import pytest
 
 from conftest import CORPUS, ROOT, interruptible, requires_bwrap
-from lumen_ex import catalog
-from lumen_ex.submissions import SubmissionRefused, extract_zip, locate, unwrap
-from lumen_ex.workspace import Workspace
+from lumen_ex.core import catalog
+from lumen_ex.classroom.submissions import SubmissionRefused, extract_zip, locate, unwrap
+from lumen_ex.core.workspace import Workspace
 from test_cli import LUMEN_EX
 
 CAT = catalog.load()
 EX1, EX2 = CAT.find(1), CAT.find(2)
-REF1, REF2 = ROOT / "reference" / EX1.file, ROOT / "reference" / EX2.file
+REF1, REF2 = ROOT / "src/lumen_ex/reference" / EX1.file, ROOT / "src/lumen_ex/reference" / EX2.file
 SHA = "0123456789abcdef0123456789abcdef01234567"
 STOP_PARENT = '''
 import os, signal
@@ -328,7 +328,7 @@ def test_ctrl_c_leaves_nothing_behind_and_a_rerun_resumes(tmp_path):
         if sum(cmd.startswith(b"bwrap") for cmd, _ in snapshot.values()) >= 2:
             break
         time.sleep(0.1)
-    assert proc.poll() is None and any(b"lumen_ex.grade_worker" in c for c, _ in snapshot.values()), snapshot
+    assert proc.poll() is None and any(b"lumen_ex.classroom.grading_main" in c for c, _ in snapshot.values()), snapshot
     snapshot = _descendants(proc.pid)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
@@ -337,8 +337,8 @@ def test_ctrl_c_leaves_nothing_behind_and_a_rerun_resumes(tmp_path):
     time.sleep(0.5)
     alive = {pid: cmd for pid, (cmd, start) in snapshot.items() if _start_time(pid) == start}
     assert not alive, f"left behind after Ctrl-C: {alive}"
-    graders = [pid for pid, (cmd, _) in snapshot.items() if b"lumen_ex.grade_worker" in cmd]
-    from lumen_ex.sandbox import limits
+    graders = [pid for pid, (cmd, _) in snapshot.items() if b"lumen_ex.classroom.grading_main" in cmd]
+    from lumen_ex.sandbox import cgroups as limits
 
     for pid in graders:
         assert not limits.worker_cgroups(pid), "worker cgroups left behind"
@@ -365,7 +365,7 @@ def test_zip_paths_outside_are_refused(tmp_path, name):
 
 
 def test_zip_bombs_links_and_duplicates(tmp_path):
-    from lumen_ex import submissions
+    from lumen_ex.classroom import submissions
 
     bomb = tmp_path / "bomb.zip"
     with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -423,7 +423,7 @@ def test_finding_the_learners_file(tmp_path):
 
 def _our_containers(path: Path) -> list[str]:
     """Containers (running or not) with a mount from below ``path``."""
-    from lumen_ex.sandbox import engine
+    from lumen_ex.image import engine
 
     listed = engine.docker("ps", "-aq", timeout=30)
     assert listed.ok, f"docker ps failed: {listed.err}"

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from conftest import CORPUS, ROOT, requires_bwrap
-from lumen_ex import catalog
+from lumen_ex.core import catalog
 from test_grade import grade, put, zip_folder
 
 CAT = catalog.load()
 EX1 = CAT.find(1)
-REF1 = ROOT / "reference" / EX1.file
+REF1 = ROOT / "src/lumen_ex/reference" / EX1.file
 BUGGY = CORPUS / "attention" / "buggy" / "no_scale.py"
 JOSE = "José García"
 ZOE_NFD = unicodedata.normalize("NFD", "Zoë")

@@ -1,6 +1,6 @@
 """`lumen-ex grade` against submissions built to hang, exhaust or mislead the coordinator.
 
-The coordinator (lumen_ex/grade.py, lumen_ex/submissions.py) reads every submission as trusted
+The coordinator (src/lumen_ex/classroom/scheduler.py, src/lumen_ex/classroom/submissions.py) reads every submission as trusted
 code, outside any sandbox. Here a real class holds students whose files are a FIFO, links to
 /dev/zero and /etc/shadow, a zip bomb, a zip that climbs out with ``../`` or carries links, a 50 MiB
 exercise file, more files than the coordinator will list, and a tree deeper than it will look. The
@@ -23,13 +23,14 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, requires_bwrap
-from lumen_ex import bounded, catalog, submissions
-from lumen_ex.workspace import Workspace
+from lumen_ex.core import bounded, catalog
+from lumen_ex.classroom import submissions
+from lumen_ex.core.workspace import Workspace
 from test_cli import LUMEN_EX
 
 CAT = catalog.load()
 EX1 = CAT.find(1)
-REF1 = (ROOT / "reference" / EX1.file).read_text()
+REF1 = (ROOT / "src/lumen_ex/reference" / EX1.file).read_text()
 SHA = "0123456789abcdef0123456789abcdef01234567"
 RUN_LIMIT_S = 540           # the whole class; a hang anywhere would exceed it
 

@@ -1,4 +1,4 @@
-"""A rerun of `lumen-ex grade` never keeps a result that is no longer true (lumen_ex/grade_store.py).
+"""A rerun of `lumen-ex grade` never keeps a result that is no longer true (src/lumen_ex/classroom/store.py).
 
 Through the real entry point, under bwrap: a student edits a file (regraded, with the reason), a
 result that was a grader error ("no result from the cluster job") is retried, a bumped catalogue
@@ -19,15 +19,16 @@ from pathlib import Path
 import pytest
 
 from conftest import CORPUS, ROOT, requires_bwrap
-from lumen_ex import catalog, grade_store
-from lumen_ex.grade import grader_error_result, record
-from lumen_ex.results import SandboxInfo
+from lumen_ex.core import catalog
+from lumen_ex.classroom import store as grade_store
+from lumen_ex.classroom.scheduler import grader_error_result, record
+from lumen_ex.core.results import SandboxInfo
 from test_cli import LUMEN_EX
 from test_grade import grade, put
 
 CAT = catalog.load()
 EX1 = CAT.find(1)
-REF1 = ROOT / "reference" / EX1.file
+REF1 = ROOT / "src/lumen_ex/reference" / EX1.file
 BUGGY = CORPUS / "attention" / "buggy" / "no_scale.py"
 
 
@@ -42,7 +43,7 @@ def document(out: Path, key: str) -> dict:
 
 
 def bumped_catalogue(tmp: Path, version: str) -> Path:
-    text = (ROOT / "exercises" / "catalog.toml").read_text()
+    text = (ROOT / "src/lumen_ex/exercises" / "catalog.toml").read_text()
     copy = tmp / "catalog.toml"
     copy.write_text(text.replace(f'version = "{CAT.version}"', f'version = "{version}"', 1))
     assert catalog.load(copy).version == version
@@ -167,7 +168,7 @@ def test_a_kill_during_force_never_leaves_a_mix(tmp_path):
 
 
 def test_a_swap_cut_short_is_finished_by_the_next_run(tmp_path):
-    """The journal of lumen_ex/grade_store.py: a kill between the moves is rolled forward."""
+    """The journal of src/lumen_ex/classroom/store.py: a kill between the moves is rolled forward."""
     out = tmp_path / "out"
     for key in ("a", "b"):
         grade_store.write_result(out, key, EX1.dir, '{"old": 1}\n', None, "")

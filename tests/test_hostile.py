@@ -5,7 +5,7 @@ Each file in corpus/hostile/ is a real attack, not a simulation, and starts with
     # attack: <one line>
     # category: process | forging | cheating | secrets
 
-Every attack is graded through the real entry point (lumen_ex.check.run_check) under bubblewrap.
+Every attack is graded through the real entry point (lumen_ex.harness.check.run_check) under bubblewrap.
 The in-process tricks that process separation alone defeats (monkeypatching, subclasses, frame
 walking, sys.exit, forged stdout ...) are graded under the unisolated mode ("none") as well, since
 that mode must defeat them too. Attacks that only a sandbox can stop (killing the grader, reading
@@ -39,9 +39,9 @@ import pytest
 
 from conftest import CORPUS, requires_bwrap, tree_hash, workspace_with
 from corpus_headers import headers
-from lumen_ex import catalog
-from lumen_ex.check import run_check
-from lumen_ex.results import RunResult, Status
+from lumen_ex.core import catalog
+from lumen_ex.harness.check import run_check
+from lumen_ex.core.results import RunResult, Status
 
 pytestmark = requires_bwrap
 
@@ -124,7 +124,7 @@ def attack_summary(request):
 
 def leftover_cgroups() -> list[str]:
     """Worker cgroups of this process still present (each worker gets lumen-ex-<our pid>-N)."""
-    from lumen_ex.sandbox import limits
+    from lumen_ex.sandbox import cgroups as limits
 
     return [str(p) for p in limits.worker_cgroups(os.getpid())]
 
@@ -228,7 +228,7 @@ def test_attack_fails(tmp_path, name, sandbox):
 
 @pytest.fixture
 def scan_blind(monkeypatch):
-    """The source scan's refusals switched off (harness/source_scan.py refuses `import os` and the
+    """The source scan's refusals switched off (src/lumen_ex/harness/source_scan.py refuses `import os` and the
     like, so it would stop these attacks before the sandbox is tested): each layer proven alone."""
     from lumen_ex.harness.source_scan import SourceScan
 
@@ -373,7 +373,7 @@ def test_host_secret_never_reaches_the_record(tmp_path, monkeypatch):
     secret = f"s3cr3t-{secrets.token_hex(12)}"
     monkeypatch.setenv("LUMEN_EX_TEST_SECRET", secret)
     root = workspace_with(tmp_path / "secrets", 1, HOSTILE / "read_secrets.py")
-    script = ("import sys\nfrom lumen_ex.check import run_check\n"
+    script = ("import sys\nfrom lumen_ex.harness.check import run_check\n"
               "r = run_check(1, workspace=sys.argv[1], sandbox='bwrap', seed=1234, device='cpu', record=False,"
               " select='test_values or test_causal_mask')\nprint(r.to_json())\n")
     started = time.monotonic()

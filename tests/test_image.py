@@ -1,7 +1,7 @@
 """The grader image: what goes into it, how it is named, and (with an engine) what came out.
 
 Without docker: the lumen-ex wheel holds exactly the files whose hash names the image, the
-wheelhouse is asked for the right things, grader.Dockerfile keeps its contract, and the image's
+wheelhouse is asked for the right things, src/lumen_ex/image/grader.Dockerfile keeps its contract, and the image's
 entry point always writes a result document the host accepts. With docker and the image: the
 image's lumen-ex hashes to its label, and its permissions hide what the worker must not read.
 """
@@ -16,16 +16,18 @@ from pathlib import Path
 
 import pytest
 
-from lumen_ex import __version__, catalog, image, image_build
-from lumen_ex.container_main import run as container_run
-from lumen_ex.results import Status
-from lumen_ex.sandbox import engine
+from lumen_ex import __version__
+from lumen_ex.core import catalog
+from lumen_ex.image import tag as image, build as image_build
+from lumen_ex.harness.container_entry import run as container_run
+from lumen_ex.core.results import Status
+from lumen_ex.image import engine
 from lumen_ex.sandbox.result_document import read_document
 
 from docker_support import DOCKER_OK, DOCKER_WHY
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCKERFILE = ROOT / "grader.Dockerfile"
+DOCKERFILE = ROOT / "src/lumen_ex/image/grader.Dockerfile"
 
 
 def test_wheel_holds_exactly_the_hashed_files(tmp_path):
@@ -46,8 +48,8 @@ def test_wheel_holds_exactly_the_hashed_files(tmp_path):
             data = zf.read(name)
             expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
             assert digest == f"sha256={expected}" and int(size) == len(data), name
-        assert "lumen-ex-grade = lumen_ex.container_main:main" in zf.read(f"{info}/entry_points.txt").decode()
-        assert "lumen-ex-platform = lumen_ex.platforms:main" in zf.read(f"{info}/entry_points.txt").decode()
+        assert "lumen-ex-container = lumen_ex.harness.container_entry:main" in zf.read(f"{info}/entry_points.txt").decode()
+        assert "lumen-ex-platform = lumen_ex.classroom.platforms:main" in zf.read(f"{info}/entry_points.txt").decode()
         assert "Name: lumen-ex" in zf.read(f"{info}/METADATA").decode()
 
 
@@ -59,8 +61,8 @@ def test_wheel_is_deterministic(tmp_path):
 
 def test_hash_covers_what_the_container_runs():
     files = image.package_files()
-    for needed in ("lumen_ex/check.py", "lumen_ex/container_main.py", "lumen_ex/harness/worker.py",
-                   "lumen_ex/harness/wire.py", "lumen_ex/sandbox/container.py", "lumen_ex/exercises/catalog.toml",
+    for needed in ("lumen_ex/harness/check.py", "lumen_ex/harness/container_entry.py", "lumen_ex/sandbox/inside/worker.py",
+                   "lumen_ex/sandbox/inside/wire.py", "lumen_ex/sandbox/container.py", "lumen_ex/exercises/catalog.toml",
                    "lumen_ex/graders/pytest.ini", "lumen_ex/reference/attention.py"):
         assert needed in files, needed
     assert image.default_ref().startswith(f"{image.REPOSITORY}:{__version__}-")
@@ -82,7 +84,7 @@ def test_dockerfile_contract():
     assert "lumen-worker:x:61001:61001" in text
     assert 'chmod -R go-rwx "$site/lumen_ex"' in text
     assert "worker.py" in text and "wire.py" in text and "chmod 0700 /results" in text
-    assert 'ENTRYPOINT ["/opt/lumen/venv/bin/lumen-ex-grade"]' in text
+    assert 'ENTRYPOINT ["/opt/lumen/venv/bin/lumen-ex-container"]' in text
     assert image_build.dockerfile_path() == DOCKERFILE
 
 
@@ -130,7 +132,7 @@ def readable(path):   # by the worker's uid, from the modes alone (root runs thi
     bits = stat.S_IROTH if os.path.isfile(path) else stat.S_IXOTH
     return bool(st.st_mode & bits) and st.st_uid != w.pw_uid
 print(w.pw_uid, os.stat("/results").st_mode & 0o777,
-      readable(site + "/lumen_ex/harness/worker.py"), readable(site + "/lumen_ex/harness/wire.py"),
+      readable(site + "/lumen_ex/sandbox/inside/worker.py"), readable(site + "/lumen_ex/sandbox/inside/wire.py"),
       readable(site + "/lumen_ex/graders"), readable(site + "/lumen_ex/reference"),
       readable(site + "/lumen_ex/harness/client.py"), readable(glob.glob(site + "/lumen_ex-*.dist-info")[0]))
 '''

@@ -3,10 +3,10 @@
 Learner output, exception messages and submission names can hold terminal escape sequences (OSC 52
 clipboard writes, screen clears, OSC 8 links, a carriage return that overwrites a line with a fake
 "all tests passed"), C1 controls, bidirectional overrides, rich markup, Markdown and HTML, formulas
-for a spreadsheet, and lone surrogates that no encoder accepts. lumen_ex/untrusted.py neutralises
+for a spreadsheet, and lone surrogates that no encoder accepts. src/lumen_ex/core/untrusted.py neutralises
 them at the one place each view writes them. Here:
 
-- each function of lumen_ex/untrusted.py against a battery of hostile strings (a Markdown parser
+- each function of src/lumen_ex/core/untrusted.py against a battery of hostile strings (a Markdown parser
   and an HTML parser read the results back);
 - each view (rich, json, junit, gradescope, github with its job summary and Classroom result,
   prairielearn, gradebook.csv, report.md) on a record whose every text field is hostile;
@@ -34,9 +34,9 @@ from rich.console import Console
 
 from conftest import ROOT, requires_bwrap, workspace_with
 from docker_support import docker_param
-from lumen_ex import catalog, untrusted
-from lumen_ex.results import Diagnosis, RunResult, SandboxInfo, Status
-from lumen_ex.results import TestResult as Case      # not "Test...": pytest would try to collect it
+from lumen_ex.core import catalog, untrusted
+from lumen_ex.core.results import Diagnosis, RunResult, SandboxInfo, Status
+from lumen_ex.core.results import TestResult as Case      # not "Test...": pytest would try to collect it
 from lumen_ex.cli.render import render_result
 from test_cli import LUMEN_EX
 
@@ -251,7 +251,7 @@ def test_rich_view_shows_markup_and_escapes_as_text():
 
 
 def test_json_view_keeps_the_text_and_is_ascii():
-    from lumen_ex.formats import emit
+    from lumen_ex.feedback.formats import emit
 
     out = emit("json", hostile_record())
     assert out.isascii()
@@ -272,7 +272,7 @@ def _strings(value, skip=("extra_data",)):
 
 @pytest.mark.parametrize("name", ["gradescope", "prairielearn"])
 def test_lms_views_show_controls(name):
-    from lumen_ex.formats import emit
+    from lumen_ex.feedback.formats import emit
 
     out = emit(name, hostile_record())
     assert out.isascii()
@@ -281,7 +281,7 @@ def test_lms_views_show_controls(name):
 
 
 def test_junit_view_parses_and_carries_no_controls():
-    from lumen_ex.formats import emit
+    from lumen_ex.feedback.formats import emit
 
     out = emit("junit", hostile_record())
     no_raw_controls(out.encode("utf-8"))
@@ -294,7 +294,7 @@ def test_junit_view_parses_and_carries_no_controls():
 def test_github_view_annotations_summary_and_runner_result(tmp_path):
     import base64
 
-    from lumen_ex.formats import emit, github
+    from lumen_ex.feedback.formats import emit, github
 
     rec = hostile_record()
     summary, output = tmp_path / "summary.md", tmp_path / "output.txt"
@@ -320,8 +320,8 @@ def test_github_view_annotations_summary_and_runner_result(tmp_path):
 
 
 def test_gradebook_and_report_views(tmp_path):
-    from lumen_ex.grade import record
-    from lumen_ex.gradebook import write_outputs
+    from lumen_ex.classroom.scheduler import record
+    from lumen_ex.classroom.gradebook import write_outputs
 
     students = ["\r# pwned", "=cmd|' ;C calc'!A0", "+1;-2", "plain"]
     for student in students:
@@ -410,7 +410,7 @@ def test_check_every_format_with_a_hostile_submission(backend, tmp_path):
 def test_grade_a_class_with_hostile_names_and_messages(tmp_path):
     """`lumen-ex grade`: hostile folder and zip names, a lone-surrogate exception, and a stored
     document holding one; gradebook.csv and report.md are written for the whole class."""
-    from lumen_ex.grade import record
+    from lumen_ex.classroom.scheduler import record
     from test_grade import grade
 
     subs = tmp_path / "submissions"
@@ -420,7 +420,7 @@ def test_grade_a_class_with_hostile_names_and_messages(tmp_path):
     (pwned / EX1.file).write_text(SUBMISSION)
     formula = subs / "@SUM(1+1)|=cmd|' -C calc'!A0"         # kept as @SUM_1+1__cmd...: starts a formula
     formula.mkdir()
-    (formula / EX1.file).write_text((ROOT / "reference" / EX1.file).read_text())
+    (formula / EX1.file).write_text((ROOT / "src/lumen_ex/reference" / EX1.file).read_text())
     (subs / "bad\r# zip <b>.zip").write_bytes(b"not a zip \x1b[2J")        # refused, its name in the message
     stored = subs / "stored"
     stored.mkdir()

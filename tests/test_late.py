@@ -1,11 +1,11 @@
-"""Deadlines and late penalties (lumen_ex/late.py): the policy's arithmetic, the submission time from
+"""Deadlines and late penalties (src/lumen_ex/classroom/late.py): the policy's arithmetic, the submission time from
 each source, and one class graded through the real `lumen-ex grade` with `--due`, whose gradebook
 shows each student's submission time, its source, the penalty and the final score.
 
 The same run checks two things about a run's surroundings: the note about two entries with one
 name is printed before grading starts, the plain progress lines say who is being graded, and the
 scratch folder and bwrap stage that a killed run left (named with a pid that no longer exists)
-are removed (lumen_ex/leftovers.py).
+are removed (src/lumen_ex/classroom/leftovers.py).
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, best_sandbox
-from lumen_ex import late
-from lumen_ex.late import LatePolicy, assess, make_policy, parse_duration, parse_time, submission_time
+from lumen_ex.classroom import late
+from lumen_ex.classroom.late import LatePolicy, assess, make_policy, parse_duration, parse_time, submission_time
 from test_grade import grade
 
 UTC = dt.timezone.utc
-REF1 = ROOT / "reference" / "attention.py"
+REF1 = ROOT / "src/lumen_ex/reference" / "attention.py"
 DUE = dt.datetime(2026, 3, 1, 23, 59, tzinfo=UTC)
 
 

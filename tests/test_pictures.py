@@ -1,6 +1,6 @@
 """The pictures of a diagnosis: the PNG writer (proven by decoding its output here, independently),
-the heatmap payload (graders/support/pictures.py), its terminal drawing and the shape diagram
-(cli/pictures.py), and the payload against docs/result.schema.json."""
+the heatmap payload (src/lumen_ex/graders/support/pictures.py), its terminal drawing and the shape diagram
+(src/lumen_ex/cli/pictures.py), and the payload against docs/result.schema.json."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import pytest
 import torch
 from rich.console import Console
 
-from lumen_ex import png
+from lumen_ex.feedback import png
 from lumen_ex.cli.pictures import Heatmap, heatmap_lines, shape_diagram
 from lumen_ex.graders.support import expect, pictures
 from lumen_ex.graders.support.expect import Expected
 from lumen_ex.reference import attention as ref
-from lumen_ex.results import CheckFailed, Diagnosis
+from lumen_ex.core.results import CheckFailed, Diagnosis
 
 SCHEMA = Path(__file__).resolve().parent.parent / "docs" / "result.schema.json"
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from conftest import CORPUS
-from lumen_ex import catalog
-from lumen_ex.png import PNG_SIGNATURE
+from lumen_ex.core import catalog
+from lumen_ex.feedback.png import PNG_SIGNATURE
 from test_cli import SYNTAX_ERROR, run
 from test_cli_pictures import MASK_INVERTED
 from test_grade import grade, make_class

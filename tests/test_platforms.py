@@ -1,4 +1,4 @@
-"""The grader image as a Gradescope autograder and a PrairieLearn external grader (lumen_ex/platforms.py).
+"""The grader image as a Gradescope autograder and a PrairieLearn external grader (src/lumen_ex/classroom/platforms.py).
 
 On the host, the platform entry point is run with a host launcher (bwrap where it works) on
 submission folders laid out as each platform lays them out; in the grader image it is run exactly as
@@ -17,7 +17,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from lumen_ex import catalog, platforms
+from lumen_ex.core import catalog
+from lumen_ex.classroom import platforms
 from lumen_ex.sandbox.select import select_launcher
 
 from conftest import CORPUS, best_sandbox
@@ -148,7 +149,7 @@ def docker_run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 
 def current_image() -> str:
-    from lumen_ex import image
+    from lumen_ex.image import tag as image
 
     return image.status().ref
 
@@ -201,7 +202,7 @@ def test_a_submission_cannot_forge_the_platform_results(tmp_path):
     doc = load("gradescope", results / "results.json")
     # Ours, not the forger's: lumen-ex's tests, a score within the maximum that is their sum. (The
     # forger's own os/open calls make its code unverifiable to the source scan, so it does not
-    # score full marks either: harness/source_scan.py.)
+    # score full marks either: src/lumen_ex/harness/source_scan.py.)
     assert doc["output"] != "forged" and doc["tests"], doc
     assert 0 <= doc["score"] <= EX1.max_score
     assert doc["score"] == pytest.approx(sum(t["score"] for t in doc["tests"]))

@@ -1,11 +1,11 @@
 """Crafted replies written by the learner's own code, graded for real under bwrap AND docker.
 
 The learner's code runs in the worker's process, so it can find the worker's reply pipe (the
-``rep_fd`` local of harness/worker.py's ``main``, up the call stack) and write any bytes there,
+``rep_fd`` local of src/lumen_ex/sandbox/inside/worker.py's ``main``, up the call stack) and write any bytes there,
 ahead of the worker's real reply: a frame whose announced shape overflows torch's stride
 arithmetic, one with a forged device tag, a load reply whose function table has the wrong types,
 a truncated frame followed by silence, plain garbage. tests/test_protocol_fuzz.py fuzzes the same
-decoder in-process; here each attack goes through ``lumen_ex.check.run_check`` exactly as
+decoder in-process; here each attack goes through ``lumen_ex.harness.check.run_check`` exactly as
 ``lumen-ex check`` grades it, and must end as:
 
 - status FAIL, never ERROR (no exit 3, no "a bug in lumen-ex"): no test is blamed on the grader;
@@ -23,14 +23,14 @@ import pytest
 
 from conftest import requires_bwrap, workspace_with
 from docker_support import docker_param
-from lumen_ex.check import run_check
-from lumen_ex.results import RunResult, Status
+from lumen_ex.harness.check import run_check
+from lumen_ex.core.results import RunResult, Status
 
 BACKENDS = [pytest.param("bwrap", marks=requires_bwrap, id="bwrap"), docker_param("docker")]
 
-# Finds the worker's reply fd and the id of the request being answered (harness/worker.py main()).
+# Finds the worker's reply fd and the id of the request being answered (src/lumen_ex/sandbox/inside/worker.py main()).
 # Everything but torch is imported inside the attack's own functions, so that the harness's source
-# scan (harness/source_scan.py), which judges each graded function by the code it reaches, blames
+# scan (src/lumen_ex/harness/source_scan.py), which judges each graded function by the code it reaches, blames
 # only the attacking function, and the correct one beside it can still pass.
 FIND_PIPE = '''
 import torch

@@ -7,8 +7,8 @@ below tries to open each interface for writing (it never writes), reports what o
 exception message, and then waits inside its first call while this test reads the process's host
 uid from the host's own /proc: the uid the kernel checks, not one the worker reports.
 
-Both backends: bwrap (started as nobody when we are root, sandbox/bwrap.py) and docker (the worker
-runs as the container's unprivileged user, sandbox/container.py).
+Both backends: bwrap (started as nobody when we are root, src/lumen_ex/sandbox/bwrap.py) and docker (the worker
+runs as the container's unprivileged user, src/lumen_ex/sandbox/container.py).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import pytest
 
 from conftest import requires_bwrap, workspace_with
 from docker_support import docker_param, live_processes_with, wait_until
-from lumen_ex.check import run_check
-from lumen_ex.results import Status
+from lumen_ex.harness.check import run_check
+from lumen_ex.core.results import Status
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the attack is about lumen-ex started as root")
 

@@ -27,13 +27,13 @@ from pathlib import Path
 import pytest
 
 from conftest import CORPUS, ROOT, requires_bwrap
-from lumen_ex import catalog, scores
-from lumen_ex.check import GPU_GROUP, gpu_present
+from lumen_ex.core import catalog, scores
+from lumen_ex.harness.check import GPU_GROUP, gpu_present
 from test_grade import grade, put
 
 CAT = catalog.load()
 EX1 = CAT.find(1)
-REF1 = ROOT / "reference" / EX1.file
+REF1 = ROOT / "src/lumen_ex/reference" / EX1.file
 STUDENTS = {"good": REF1.read_text(), "buggy": (CORPUS / "attention" / "buggy" / "no_scale.py").read_text(),
             "syntax": "def scaled_dot_product_attention(q, k, v, mask=None)\n    return q\n",
             "hang": "while True:\n    pass\n"}
@@ -47,7 +47,7 @@ def D(x) -> Decimal:
 
 def short_catalogue(tmp: Path) -> Path:
     """The catalogue with exercise 1's run limit cut to 8 s (the same version and points)."""
-    text = (ROOT / "exercises" / "catalog.toml").read_text()
+    text = (ROOT / "src/lumen_ex/exercises" / "catalog.toml").read_text()
     text = re.sub(r"call_seconds = \d+\nrun_seconds = \d+", "call_seconds = 4\nrun_seconds = 8", text, count=1)
     path = tmp / "catalog.toml"
     path.write_text(text)
@@ -134,7 +134,7 @@ def test_scores_add_up_exactly_in_every_format(graded):
 
 
 def scores_text(x: float) -> str:
-    from lumen_ex.results import points
+    from lumen_ex.core.results import points
 
     return points(x)
 

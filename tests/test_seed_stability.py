@@ -1,9 +1,9 @@
 """Same code, same verdict: every corpus submission gets the same status and score at every seed.
 
-The seed chooses the hidden inputs (graders/support/inputs.py), and nothing else may depend on it:
+The seed chooses the hidden inputs (src/lumen_ex/graders/support/inputs.py), and nothing else may depend on it:
 a verdict that flips between seeds is a verdict nobody can trust. Every file in tests/corpus/
 (attention and kv_cache, correct and buggy, and the hostile attacks) is graded under each of
-SEEDS, through the real harness (lumen_ex.check.grade: a real pytest session of the hidden suite,
+SEEDS, through the real harness (lumen_ex.harness.check.grade: a real pytest session of the hidden suite,
 the real plugin, scoring and result record) against a real sandboxed worker, and the status, the
 score and every test's status must be identical across the seeds.
 
@@ -11,10 +11,10 @@ Doing 5 x ~130 gradings the ordinary way (one ``lumen-ex check`` each, ~2 s on a
 almost all of it two torch imports) would take over 20 minutes. This test pays the imports once:
 
 - the gradings run in a few warm grading processes ("shards", :func:`shard_main`), each of which
-  imports torch, pytest and the harness once and then calls ``lumen_ex.check.grade`` for one job
-  after another, like lumen_ex/grade_worker.py does for ``lumen-ex grade``;
+  imports torch, pytest and the harness once and then calls ``lumen_ex.harness.check.grade`` for one job
+  after another, like src/lumen_ex/classroom/grading_main.py does for ``lumen-ex grade``;
 - every job's worker is launched before the job before it is graded, so its torch import overlaps
-  with that grading (lumen_ex/grade_worker.py and lumen_ex/watch.py do the same);
+  with that grading (src/lumen_ex/classroom/grading_main.py and src/lumen_ex/learner/watch.py do the same);
 - correct and buggy submissions run in the unisolated mode (``--sandbox none``: a separate worker
   process, the same verdicts as bwrap, tests/test_corpus_attention.py compares the two), and one
   worker serves the seeds of one file: each seed is still a grading of its own (a new WorkerPool
@@ -120,8 +120,8 @@ def _kept_worker(launched):
 def grade_file(job: Job, workspace: Path, launched, launcher, seeds) -> list[dict]:
     """Grade ``job`` under every seed: one worker for all of them when ``job.reuse``, else a fresh
     one each (``launched`` serves the first seed)."""
-    from lumen_ex import catalog
-    from lumen_ex.check import grade, worker_spec
+    from lumen_ex.core import catalog
+    from lumen_ex.harness.check import grade, worker_spec
 
     ex = catalog.load().find(job.exercise)
     learner_file = workspace / ex.dir / ex.file
@@ -161,8 +161,8 @@ def shard_main(jobs_file: str, out_file: str) -> None:
 
     import torch
 
-    from lumen_ex import catalog
-    from lumen_ex.check import worker_spec
+    from lumen_ex.core import catalog
+    from lumen_ex.harness.check import worker_spec
     from lumen_ex.sandbox.select import HOST_LAUNCHERS
 
     torch.set_num_threads(1)      # the harness's tensors are tiny; a second thread only waits for a core

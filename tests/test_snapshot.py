@@ -1,4 +1,4 @@
-"""The file that was checked, and only that file (lumen_ex/snapshot.py).
+"""The file that was checked, and only that file (src/lumen_ex/core/snapshot.py).
 
 A save in the middle of a check must not grade a blend of two versions. The first version below
 kills its worker in the middle of the check, so the harness must start a second worker, which,
@@ -16,9 +16,9 @@ from pathlib import Path
 
 from conftest import best_sandbox, workspace_with
 from docker_support import live_processes_with, summary, wait_until
-from lumen_ex import catalog
-from lumen_ex.check import run_check
-from lumen_ex.results import RunResult, Status
+from lumen_ex.core import catalog
+from lumen_ex.harness.check import run_check
+from lumen_ex.core.results import RunResult, Status
 
 EXERCISE = catalog.load().find(1)
 

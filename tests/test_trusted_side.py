@@ -1,4 +1,4 @@
-"""No learner module is ever imported by a trusted lumen-ex process (lumen_ex/trusted.py).
+"""No learner module is ever imported by a trusted lumen-ex process (src/lumen_ex/core/trusted.py).
 
 A learner can leave files named like modules that trusted processes import lazily (``json.py``,
 ``zipfile.py``, ``tomllib.py`` ...), Python's start-up hooks (``sitecustomize.py``,
@@ -21,7 +21,7 @@ marker found was written by a trusted process.
 The PYTHONPATH runs point it at a folder of the same modules (all but a ``lumen_ex`` package, which
 on the caller's own PYTHONPATH would simply be the program). One marker is expected there: Python
 itself imports a ``sitecustomize`` found on ``PYTHONPATH`` before any lumen-ex code runs, in the
-interpreter the caller started; lumen-ex then starts itself again isolated (lumen_ex/trusted.py), so
+interpreter the caller started; lumen-ex then starts itself again isolated (src/lumen_ex/core/trusted.py), so
 nothing else of that folder is imported, and nothing it starts sees the variable. That planted
 ``sitecustomize`` therefore only leaves its marker, and the test checks that it came from the
 command's own first, unisolated interpreter, once.
@@ -44,13 +44,13 @@ import pytest
 
 from conftest import ROOT, interruptible, requires_bwrap
 from docker_support import docker_param, needs_docker
-from lumen_ex import catalog
-from lumen_ex.workspace import Workspace
+from lumen_ex.core import catalog
+from lumen_ex.core.workspace import Workspace
 from test_cli import LUMEN_EX
 
 CAT = catalog.load()
 EX1 = CAT.find(1)
-REFERENCE = (ROOT / "reference" / EX1.file).read_text()
+REFERENCE = (ROOT / "src/lumen_ex/reference" / EX1.file).read_text()
 # Modules the trusted side imports lazily, its dependencies, and Python's start-up hooks.
 SHADOWS = ("json", "csv", "zipfile", "tomllib", "shutil", "tempfile", "string", "random", "secrets",
            "textwrap", "uuid", "hashlib", "inspect", "ast", "select", "subprocess", "threading",
@@ -89,7 +89,7 @@ def pythonpath_folder(tmp: Path, marks: Path, pythonpath: bool) -> Path | None:
     """For the PYTHONPATH runs, a folder of shadowing modules to point it at (None otherwise).
 
     It holds everything :func:`plant` plants but the ``lumen_ex`` package: a package named like the
-    program, on the caller's own PYTHONPATH, would be the program (lumen_ex/trusted.py)."""
+    program, on the caller's own PYTHONPATH, would be the program (src/lumen_ex/core/trusted.py)."""
     if not pythonpath:
         return None
     return plant(tmp / "on-pythonpath", str(marks), packages=("_pytest",))
@@ -243,7 +243,7 @@ def test_grade_from_a_students_folder_imports_nothing_of_it(tmp_path, sandbox, p
 def test_the_image_entry_point_imports_nothing_of_the_submission(tmp_path):
     """Gradescope's local run, with the working folder and PYTHONPATH set to the submission: the
     entry point (``python -IB``) imports nothing of it, not even its sitecustomize."""
-    from lumen_ex import image
+    from lumen_ex.image import tag as image
 
     sub = tmp_path / "submission"
     results = tmp_path / "results"
@@ -270,12 +270,12 @@ def test_the_image_entry_point_imports_nothing_of_the_submission(tmp_path):
 
 
 def test_trusted_children_are_isolated_and_get_no_python_variables(monkeypatch):
-    from lumen_ex import trusted
+    from lumen_ex.core import trusted
 
     monkeypatch.setenv("PYTHONPATH", "/somewhere")
     monkeypatch.setenv("PYTEST_ADDOPTS", "-p evil")
-    cmd = trusted.python_command("lumen_ex.grade_worker", "1")
-    assert cmd[1:4] == ["-I", "-m", "lumen_ex.grade_worker"]
+    cmd = trusted.python_command("lumen_ex.classroom.grading_main", "1")
+    assert cmd[1:4] == ["-I", "-m", "lumen_ex.classroom.grading_main"]
     env = trusted.child_env()
     assert "PYTHONPATH" not in env and "PYTEST_ADDOPTS" not in env and env.get("PATH") == os.environ.get("PATH")
     assert "PYTHONPATH" in trusted.exposed()
@@ -284,7 +284,7 @@ def test_trusted_children_are_isolated_and_get_no_python_variables(monkeypatch):
 def test_an_isolated_interpreter_still_finds_lumen_ex(tmp_path):
     """``python -I -m lumen_ex...`` works from a planted folder (the editable install's finder lies
     in site-packages) and imports nothing of it."""
-    from lumen_ex import trusted
+    from lumen_ex.core import trusted
 
     marks = tmp_path / "marks"
     marks.mkdir()

@@ -26,7 +26,7 @@ import torch
 from lumen_ex.graders.attention import variants as attention_variants
 from lumen_ex.graders.kv_cache import variants as kv_variants
 from lumen_ex.graders.support import expect
-from lumen_ex.results import Status
+from lumen_ex.core.results import Status
 
 from conftest import ROOT, grade_source
 
@@ -74,7 +74,7 @@ def recorded(exercise: int, seed: int, tmp: Path) -> list[Comparison]:
         return original(items, sizes=sizes, dtype=dtype, device=device)
 
     with mock.patch.object(expect, "tensors", recording):
-        result = grade_source(tmp, exercise, ROOT / "reference" / EXERCISES[exercise][0], seed=seed)
+        result = grade_source(tmp, exercise, ROOT / "src/lumen_ex/reference" / EXERCISES[exercise][0], seed=seed)
     assert result.status is Status.PASS, [(t.id, t.message) for t in result.tests if t.status is not Status.PASS]
     assert found, "no comparison was recorded: the suite no longer goes through expect.tensors"
     _RECORDED[key] = found
@@ -229,7 +229,7 @@ def test_a_named_mistake_carries_its_evidence_across_the_run(grade):
 
 
 def test_a_passing_run_has_no_named_mistakes(grade):
-    result = grade(2, ROOT / "reference" / "kv_cache.py")
+    result = grade(2, ROOT / "src/lumen_ex/reference" / "kv_cache.py")
     assert result.status is Status.PASS and result.misconceptions == []
     assert "misconceptions" not in result.to_dict()     # optional: documents without it stay as they were
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, best_sandbox, interruptible, make_workspace
-from lumen_ex.errors import SandboxUnavailable
-from lumen_ex.watch import Inotify, WatchSession
+from lumen_ex.core.errors import SandboxUnavailable
+from lumen_ex.learner.watch import Inotify, WatchSession
 
 LUMEN_EX = str(Path(sys.executable).parent / "lumen-ex")
-REFERENCE = (ROOT / "reference" / "attention.py").read_text()
+REFERENCE = (ROOT / "src/lumen_ex/reference" / "attention.py").read_text()
 NO_SCALE = REFERENCE.replace("/ math.sqrt(d_k)", "")
 assert NO_SCALE != REFERENCE
 
@@ -195,7 +195,7 @@ def test_a_save_during_a_check_is_not_lost(session_factory, workspace):
 
 
 def test_the_prepared_pytest_session_gives_the_same_verdicts(session_factory, workspace):
-    from lumen_ex.check import run_check
+    from lumen_ex.harness.check import run_check
 
     save(exercise_file(workspace), NO_SCALE)
     cold = run_check("1", workspace=workspace, sandbox=best_sandbox(), seed=7, device="cpu", record=False)

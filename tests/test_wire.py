@@ -8,8 +8,8 @@ import struct
 import pytest
 import torch
 
-from lumen_ex.harness import wire
-from lumen_ex.harness.wire import FrameParser, ProtocolError
+from lumen_ex.sandbox.inside import wire
+from lumen_ex.sandbox.inside.wire import FrameParser, ProtocolError
 
 
 def frame_of(header: dict, body: bytes = b"") -> bytes:

@@ -1,4 +1,4 @@
-# attack: looks for the grader in sys.modules, imports lumen_ex.reference / lumen_ex.graders, and searches the disk for reference/attention.py to run it as its own answer; wrong answers when nothing is found
+# attack: looks for the grader in sys.modules, imports lumen_ex.reference / lumen_ex.graders, and searches the disk for src/lumen_ex/reference/attention.py to run it as its own answer; wrong answers when nothing is found
 # category: cheating
 import importlib
 import importlib.util

@@ -1,1 +1,0 @@
-"""Sandbox backends behind one interface (sandbox/base.py): bwrap, docker, and unisolated."""

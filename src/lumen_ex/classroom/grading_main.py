@@ -1,0 +1,264 @@
+"""One warm grading process of ``lumen-ex grade``: many checks, one torch import.
+
+    python -I -m lumen_ex.classroom.grading_main REQUEST_FD REPLY_FD SANDBOX TAG
+
+The batch coordinator (src/lumen_ex/classroom/scheduler.py) starts ``--jobs`` of these. Each imports torch and pytest
+once, then runs ``lumen_ex.harness.check.run_check`` for one student x exercise after another, each against
+freshly sandboxed workers, exactly as ``lumen-ex check`` does (the verdicts are the same; only the
+harness's start-up is saved). Jobs arrive as JSON lines on REQUEST_FD; replies go out as JSON lines
+on REPLY_FD (learner code never runs in this process and cannot reach either pipe):
+
+    {"ready": true}                      torch is imported; jobs may start
+    {"start": ID}                        job ID is being graded from now on (its time limit starts)
+    {"pid": PID}                         a sandboxed worker was started (its process group is PID)
+    {"done": ID, "result": {...}}        the result document (RunResult.to_dict())
+
+The coordinator keeps up to two jobs queued here. While the first is graded, the sandboxed worker
+of the second is already started, so its torch import overlaps the first one's tests.
+
+SANDBOX is ``bwrap``, ``none`` or ``docker:<image>`` (already chosen, and refused or allowed, by the
+coordinator). TAG only labels the process (the output folder), so that it can be found in ``ps``.
+It is started isolated (src/lumen_ex/core/trusted.py: ``-I``, working folder ``/``, no PYTHON* variables), so
+that a student's ``json.py`` or ``sitecustomize.py`` in the folder the instructor ran ``lumen-ex
+grade`` from is never imported here; the workspaces it is sent are absolute paths.
+SIGTERM (and SIGHUP) raise KeyboardInterrupt, so the check in progress kills its workers (or its
+container) on the way out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+
+STOPPING = False
+_HOLD = 0           # > 0 while a worker is being started (see _signals_held)
+_PENDING = False
+
+
+def _interrupt(signum, frame):
+    global STOPPING, _PENDING
+    STOPPING = True     # a check cut short is no verdict: nothing more is sent after this
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)   # once: the cleanup that follows must not be interrupted
+    if _HOLD:
+        _PENDING = True
+        return
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+class Channel:
+    def __init__(self, request_fd: int, reply_fd: int):
+        self.request_fd, self.reply_fd = request_fd, reply_fd
+        self.buffer = b""
+
+    def send(self, message: dict) -> None:
+        data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.reply_fd, view):]
+
+    def receive(self, block: bool) -> list[dict]:
+        """Messages that have arrived (waiting for at least one when ``block``); [] at end of input."""
+        import select
+
+        out: list[dict] = []
+        while True:
+            ready, _, _ = select.select([self.request_fd], [], [], None if block and not out else 0)
+            if not ready:
+                return out
+            chunk = os.read(self.request_fd, 1 << 16)
+            if not chunk:
+                out.append({"quit": True})
+                return out
+            self.buffer += chunk
+            *lines, self.buffer = self.buffer.split(b"\n")
+            out += [json.loads(line) for line in lines if line.strip()]
+            if out:
+                block = False
+
+
+def make_launcher(sandbox: str):
+    if sandbox.startswith("docker:"):
+        from lumen_ex.sandbox.docker import DockerSandbox
+
+        return DockerSandbox(sandbox.split(":", 1)[1])
+    from lumen_ex.sandbox.select import HOST_LAUNCHERS
+
+    return HOST_LAUNCHERS[sandbox]()
+
+
+def worker_spec(job: dict):
+    """The WorkerSpec that ``lumen_ex.harness.check.grade`` will ask for this job (so it can be started early)."""
+    from lumen_ex.core import catalog
+    from lumen_ex.harness.check import worker_spec as check_worker_spec
+
+    ex = catalog.load().find(job["exercise"])
+    root = Path(job["workspace"]).resolve()          # the workspace's root, as run_check finds it
+    return check_worker_spec(ex, root, root / ex.dir / ex.file, job["device"])
+
+
+class _signals_held:
+    """Defer a stop signal until the block ends (a worker being started must be recorded first).
+
+    Not a signal mask: a started process inherits the mask, and the learner's worker must not."""
+
+    def __enter__(self):
+        global _HOLD
+        _HOLD += 1
+
+    def __exit__(self, *exc):
+        global _HOLD, _PENDING
+        _HOLD -= 1
+        if _HOLD == 0 and _PENDING and exc[0] is None:
+            _PENDING = False
+            raise KeyboardInterrupt("stop signal (deferred)")
+        return False
+
+
+def make_prelauncher(inner, on_launch):
+    """A launcher that hands out a worker started ahead of time when the spec matches."""
+    from lumen_ex.sandbox.base import Availability, Launcher
+
+    class Prelauncher(Launcher):
+        name = inner.name
+        isolated = inner.isolated
+
+        def __init__(self):
+            self.ready: dict = {}
+            self.started: list = []     # every worker started for the jobs in hand, for discard()
+
+        @classmethod
+        def availability(cls) -> Availability:
+            return Availability(True)
+
+        def command(self, spec, fds):
+            return inner.command(spec, fds)
+
+        def note(self) -> str:
+            return inner.note()
+
+        def enforcement(self, spec):
+            return inner.enforcement(spec)
+
+        def prelaunch(self, spec) -> None:
+            if spec not in self.ready:
+                with _signals_held():
+                    launched = inner.launch(spec)
+                    self.ready[spec] = launched
+                    self.started.append(launched)
+                    on_launch(launched.proc.pid)
+
+        def keep(self, specs) -> None:
+            """Kill the workers started ahead of time for any spec but these."""
+            for spec in [s for s in self.ready if s not in specs]:
+                self.ready.pop(spec).kill()
+            kept = set(map(id, self.ready.values()))
+            self.started = [w for w in self.started if id(w) in kept]   # the others are the checks' own
+
+        def discard(self) -> None:
+            """Kill every worker this process started that may still run (Launched.kill is idempotent)."""
+            for launched in [*self.ready.values(), *self.started]:
+                launched.kill()
+            self.ready.clear()
+            self.started.clear()
+
+        def launch(self, spec):
+            launched = self.ready.pop(spec, None)
+            if launched is not None and launched.alive():
+                return launched
+            if launched is not None:
+                launched.kill()
+            with _signals_held():   # a stop signal now would leave a worker nobody knows about
+                launched = inner.launch(spec)
+                self.started.append(launched)
+                on_launch(launched.proc.pid)
+            return launched
+
+    return Prelauncher()
+
+
+def grade_one(job: dict, launcher) -> dict:
+    from lumen_ex.core import catalog
+    from lumen_ex.harness.check import run_check
+    from lumen_ex.core.errors import LumenError
+
+    started = time.monotonic()
+    try:
+        result = run_check(job["exercise"], workspace=Path(job["workspace"]), seed=job["seed"],
+                           device=job["device"], record=False, launcher=launcher)
+    except LumenError as exc:
+        return error_document(catalog.load().find(job["exercise"]), str(exc), job, launcher, started)
+    except Exception as exc:  # noqa: BLE001  every job gets a document
+        return error_document(catalog.load().find(job["exercise"]),
+                              f"the grader failed: {type(exc).__name__}: {exc}", job, launcher, started)
+    if job.get("note"):
+        result.sandbox.note = " ".join(filter(None, [result.sandbox.note, job["note"]]))
+    return result.to_dict()
+
+
+def error_document(ex, message: str, job: dict, launcher, started: float) -> dict:
+    from lumen_ex.core.results import SandboxInfo, grader_error, one_line
+
+    return grader_error(ex.summary(), one_line(message, "the grader failed"),
+                        sandbox=SandboxInfo(launcher.name, launcher.isolated, {}, job.get("note", "")),
+                        device=job["device"], seed=job["seed"], duration=time.monotonic() - started).to_dict()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    request_fd, reply_fd, sandbox = int(args[0]), int(args[1]), args[2]
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
+    channel = Channel(request_fd, reply_fd)
+    docker = sandbox.startswith("docker:")
+    launcher = None
+    queue: deque[dict] = deque()
+    try:
+        inner = make_launcher(sandbox)
+        launcher = inner if docker else make_prelauncher(inner, lambda pid: channel.send({"pid": pid}))
+        channel.send({"ready": True})   # torch is imported with the first job, while its worker starts
+        while True:
+            if not queue:
+                queue.extend(channel.receive(block=True))
+            queue.extend(channel.receive(block=False))
+            job = queue.popleft()
+            if job.get("quit"):
+                return 0
+            channel.send({"start": job["id"]})
+            upcoming = next((j for j in queue if "id" in j), None)
+            upcoming_spec = None
+            if not docker:
+                # this job's worker (already started, unless it is the first) and the next one's
+                for j in filter(None, (job, upcoming)):
+                    try:
+                        spec = worker_spec(j)
+                        launcher.prelaunch(spec)
+                    except Exception:  # noqa: BLE001  started normally later instead
+                        continue
+                    if j is upcoming:
+                        upcoming_spec = spec
+            import lumen_ex.harness.check  # noqa: F401  torch and the harness: imported once, for every job
+
+            document = grade_one(job, launcher)
+            if not docker:
+                launcher.keep({upcoming_spec} if upcoming_spec is not None else set())
+            if STOPPING:    # pytest turns an interrupt into a short run: never report it as a result
+                return 130
+            channel.send({"done": job["id"], "result": document})
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    finally:
+        if launcher is not None and not docker:
+            launcher.discard()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""What a run killed with SIGKILL leaves behind, removed by the next run.
+
+A ``lumen-ex grade`` that is killed outright (``kill -9``, the machine's out-of-memory killer)
+cannot clean up after itself. It can leave:
+
+- its scratch folder ``DIR/.scratch-<pid>-*`` (src/lumen_ex/classroom/scheduler.py), holding copies of the students'
+  code;
+- the empty stage folders ``lumen-ex-stage-<pid>-*`` of the bwrap launcher under the temporary
+  folder (src/lumen_ex/sandbox/bwrap.py; the mounts inside them lived in a mount namespace that died with the
+  launch, so on the host they are empty folders and files);
+- empty worker cgroups ``lumen-ex-<pid>-<n>`` (src/lumen_ex/sandbox/cgroups.py).
+
+Each name carries the pid of the process that made it, and :func:`sweep` removes only those whose
+process is gone (and, for a stage, only when it holds nothing but empty folders and files). Called
+when a grading run starts; it never raises.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+SCRATCH_PREFIX = ".scratch-"
+STAGE_PREFIX = "lumen-ex-stage-"
+_OWNER = re.compile(r"^(?:\.scratch-|lumen-ex-stage-)(\d+)-")
+
+
+def scratch_prefix() -> str:
+    """The prefix of this process's scratch folder in DIR (it names the owner's pid)."""
+    return f"{SCRATCH_PREFIX}{os.getpid()}-"
+
+
+def owner_gone(name: str) -> bool:
+    """Whether the process named in ``name`` (``.scratch-<pid>-...``) no longer exists. A name
+    without a pid (made by an older lumen-ex) is never taken for gone: its owner is unknown."""
+    m = _OWNER.match(name)
+    if m is None:
+        return False
+    pid = int(m.group(1))
+    return pid != os.getpid() and not Path(f"/proc/{pid}").exists()
+
+
+def _only_empty_entries(folder: Path) -> bool:
+    """The folder holds only empty files and empty folders (what a dead bwrap stage leaves)."""
+    try:
+        for entry in os.scandir(folder):
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                if any(os.scandir(entry.path)):
+                    return False
+            elif not stat.S_ISREG(st.st_mode) or st.st_size:
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def sweep_scratch(out: Path) -> list[Path]:
+    """Remove the scratch folders in ``out`` whose ``lumen-ex grade`` is gone; the ones removed."""
+    removed = []
+    try:
+        candidates = [p for p in Path(out).glob(f"{SCRATCH_PREFIX}*") if p.is_dir() and not p.is_symlink()]
+    except OSError:
+        return removed
+    for folder in candidates:
+        if owner_gone(folder.name):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def sweep_stages(tmp: Path | None = None) -> list[Path]:
+    """Remove bwrap stages under the temporary folder whose launcher is gone and that are empty."""
+    removed = []
+    root = Path(tmp or tempfile.gettempdir())
+    try:
+        candidates = [p for p in root.glob(f"{STAGE_PREFIX}*") if p.is_dir() and not p.is_symlink()]
+    except OSError:
+        return removed
+    for folder in candidates:
+        if _OWNER.match(folder.name) and owner_gone(folder.name) and _only_empty_entries(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def sweep_cgroups() -> None:
+    """Remove the empty worker cgroups of processes that are gone (src/lumen_ex/sandbox/cgroups.py)."""
+    try:
+        from lumen_ex.sandbox import cgroups as limits
+
+        for controller in ("", "pids", "memory"):
+            parent = limits._parent(controller)      # noqa: SLF001  where workers' cgroups are made
+            if parent.is_dir():
+                limits._sweep_stale(parent)          # noqa: SLF001
+    except Exception:  # noqa: BLE001  nothing to sweep where there are no cgroups of ours
+        pass
+
+
+def sweep(out: Path) -> list[Path]:
+    """Everything above; the folders removed."""
+    removed = sweep_scratch(out) + sweep_stages()
+    sweep_cgroups()
+    return removed

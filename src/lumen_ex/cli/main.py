@@ -1,0 +1,244 @@
+"""The ``lumen-ex`` command: each subcommand parses its arguments and calls one library function.
+
+Errors a user can fix are one line plus the next step (exit code 2 for usage, 3 when the grader
+cannot run); a traceback appears only with ``--debug``.
+
+The command never imports from the current folder (it is often a student's): as a console script
+(entry point ``lumen_ex.core.trusted.run_cli``) its ``sys.path`` starts with the venv's ``bin`` folder,
+and when ``PYTHONPATH`` or another import-changing variable is set, that entry point starts it again
+as ``python -I -m lumen_ex.cli.main`` before click or anything else is imported (:func:`main` does
+the same when started by ``python -m``). The Python processes it starts run isolated too
+(``python -I``, working folder ``/``, no ``PYTHON*`` variables): src/lumen_ex/core/trusted.py.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from lumen_ex import __version__
+from lumen_ex.core.errors import LumenError
+from lumen_ex.core.untrusted import visible
+
+from lumen_ex.core.options import CHECK_FORMATS, DEVICES, SANDBOXES
+
+workspace_option = click.option("--workspace", "-w", type=click.Path(file_okay=False, path_type=Path),
+                                help="The workspace folder (default: found from the current folder).")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="lumen-ex")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Exercises for learning how transformers work, graded by hidden tests.
+
+    Start with `lumen-ex init my-work`, edit my-work/01-attention/attention.py,
+    then run `lumen-ex check 1` inside my-work.
+    """
+    ctx.obj = {"debug": debug}
+
+
+@cli.command("list")
+@workspace_option
+def list_cmd(workspace: Path | None) -> None:
+    """List the exercises, with your progress."""
+    from lumen_ex.learner.progress import list_exercises
+
+    from lumen_ex.cli.render import console, render_list
+
+    render_list(console(), *list_exercises(workspace))
+
+
+@cli.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--ci", type=click.Choice(("github",)), default=None,
+              help="Also write a CI workflow that checks every exercise on each push (docs/classroom.md).")
+@click.option("--lumen-ex-spec", "spec", default="",
+              help="With --ci: where the workflow installs lumen-ex from (a git URL or a wheel's URL); "
+                   "the LUMEN_EX_SPEC variable overrides it.")
+def init(directory: Path, ci: str | None, spec: str) -> None:
+    """Create a workspace in DIRECTORY with every exercise's stub and README."""
+    from lumen_ex.core.catalog import load
+    from lumen_ex.classroom.ci import check_spec
+    from lumen_ex.core.workspace import Workspace
+
+    from lumen_ex.cli.render import console, render_init
+
+    check_spec(spec)
+    workspace = Workspace.create(directory, load())
+    render_init(console(), workspace, directory)
+    if ci is not None:
+        from lumen_ex.classroom.ci import write_ci
+
+        path = write_ci(workspace.root, ci, load(), spec)
+        click.echo(f"CI: {path.relative_to(workspace.root)} checks every exercise on each push "
+                   "(set the LUMEN_EX_SPEC variable to where lumen-ex installs from; docs/classroom.md)")
+
+
+@cli.command()
+@click.argument("exercise")
+@workspace_option
+@click.option("--sandbox", type=click.Choice(SANDBOXES), default="auto", show_default=True,
+              help="Where your code runs: docker, bwrap, or none (a separate process, not isolated).")
+@click.option("--format", "fmt", type=click.Choice(CHECK_FORMATS), default="rich", show_default=True,
+              help="rich for people; json (ours), junit, gradescope, github or prairielearn for machines.")
+@click.option("--seed", type=int, default=None, help="Seed for the hidden inputs (default: random; shown in the output).")
+@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
+@click.pass_context
+def check(ctx, exercise: str, workspace: Path | None, sandbox: str, fmt: str, seed: int | None, device: str) -> None:
+    """Check EXERCISE (its number or slug) against the hidden tests."""
+    from lumen_ex.harness.check import run_check
+
+    result = run_check(exercise, workspace=workspace, sandbox=sandbox, seed=seed, device=device)
+    if fmt != "rich":
+        import os
+
+        from lumen_ex.feedback.formats import emit
+
+        click.echo(emit(fmt, result, os.environ), nl=False)
+    else:
+        from lumen_ex.cli.render import console, render_result
+
+        render_result(console(), result)
+    for warning in result.warnings:
+        click.echo(f"warning: {visible(warning)}", err=True)
+    ctx.exit(result.exit_code())
+
+
+@cli.command()
+@click.argument("exercise")
+@workspace_option
+@click.option("--sandbox", type=click.Choice(SANDBOXES), default="auto", show_default=True,
+              help="Where your code runs: bwrap, or none (not isolated); docker is not supported here.")
+@click.option("--seed", type=int, default=None, help="Seed for the hidden inputs (default: one random seed for the session).")
+@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
+@click.option("--poll", is_flag=True, help="Look at the file every 0.1 s instead of using file events.")
+@click.pass_context
+def watch(ctx, exercise: str, workspace: Path | None, sandbox: str, seed: int | None, device: str, poll: bool) -> None:
+    """Check EXERCISE again every time you save it (Ctrl-C to stop)."""
+    from lumen_ex.learner.watch import WatchSession, serve
+
+    from lumen_ex.cli.render import console, render_result
+
+    con = console()
+    con.print("lumen-ex watch: starting (the first check imports torch)...", style="dim")
+
+    def show(result, session) -> None:
+        if con.is_terminal:
+            con.clear()
+        render_result(con, result)
+        con.print(session.footer, style="dim")
+        sys.stdout.flush()
+
+    try:
+        session = WatchSession(exercise, workspace=workspace, sandbox=sandbox, seed=seed, device=device, poll=poll)
+    except KeyboardInterrupt:   # Ctrl-C while starting: the session has cleaned up after itself
+        ctx.exit(0)
+    ctx.exit(serve(session, show))
+
+
+@cli.command()
+@click.argument("exercise")
+@workspace_option
+@click.option("--all", "show_all", is_flag=True, help="Show the hints you have seen so far (reveals no new one).")
+def hint(exercise: str, workspace: Path | None, show_all: bool) -> None:
+    """Show the next hint for EXERCISE (one more each time you ask)."""
+    from lumen_ex.learner.progress import next_hint, seen_hints
+
+    from lumen_ex.cli.render import console, render_hint
+
+    con = console()
+    if not show_all:
+        render_hint(con, next_hint(exercise, workspace))
+        return
+    hints = seen_hints(exercise, workspace)
+    if not hints:
+        click.echo(f"No hints seen yet for exercise {exercise}: run `lumen-ex hint {exercise}` for the first.")
+    for h in hints:
+        render_hint(con, h, last=h is hints[-1])
+
+
+@cli.command()
+@click.option("--format", "fmt", type=click.Choice(("rich", "json")), default="rich", show_default=True)
+def doctor(fmt: str) -> None:
+    """Show which sandboxes, devices and versions are available, and what to install."""
+    from lumen_ex.learner.doctor import diagnose
+
+    report = diagnose()
+    if fmt == "json":
+        import json
+
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        from lumen_ex.cli.render import console, render_doctor
+
+        render_doctor(console(), report)
+
+
+from lumen_ex.cli.image import image as _image_group  # noqa: E402  `lumen-ex image build|base|status`
+
+cli.add_command(_image_group)
+
+from lumen_ex.cli.classroom import grade as _grade_command  # noqa: E402  `lumen-ex grade` (docs/classroom.md)
+
+cli.add_command(_grade_command)
+
+
+def _never_fail_to_encode() -> None:
+    """Make stdout and stderr write what they cannot encode as an escape (``\\ud800``) instead
+    of raising: a second line of defence behind src/lumen_ex/core/untrusted.py, so that no string a
+    submission produced can crash a view."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):       # a stream that cannot be reconfigured is left as it is
+                pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI, turning known errors into one line and an exit code.
+
+    Started from the command line with an import-changing variable set (``PYTHONPATH`` ...) or by
+    ``python -m`` (the current folder on ``sys.path``), it first starts itself again as
+    ``python -I`` (src/lumen_ex/core/trusted.py): a learner's ``json.py`` in the current folder must never
+    be imported by the grader."""
+    if argv is None:
+        from lumen_ex.core.trusted import reexec_isolated
+
+        reexec_isolated("lumen_ex.cli.main", sys.argv[1:])
+    args = sys.argv[1:] if argv is None else argv
+    _never_fail_to_encode()
+    debug = "--debug" in args
+    try:
+        code = cli.main(args=args, prog_name="lumen-ex", standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except LumenError as exc:
+        if debug:
+            traceback.print_exc()
+        click.echo(visible(f"Error: {exc}"), err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001  the last resort: never a bare traceback for users
+        if debug:
+            traceback.print_exc()
+        click.echo(visible(f"Error: lumen-ex failed unexpectedly: {type(exc).__name__}: {exc}. "
+                           "Run again with --debug for the traceback, and please report it."), err=True)
+        sys.exit(3)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""Terminal pictures inside a failure: the attention heatmap and the shape diagram.
+
+Both read only the diagnosis (``details["heatmap"]``, documented in docs/result-schema.md, and
+``expected``/``got`` with ``details["expected_axes"]``/``["got_axes"]`` for shapes) and must read
+well without colour (NO_COLOR, not a terminal, the golden tests): every mark is a character, and
+colour only repeats what the characters already say.
+
+Heatmap, one row per query and two characters per key (tests/golden/pictures-*.txt has more)::
+
+      weights [B=0, H=2]: rows = queries, columns = keys
+          expected         yours            difference
+           0 1 2 3 4 5 6    0 1 2 3 4 5 6    0 1 2 3 4 5 6
+      q0  ▓▓ · · ·██▓▓ ·   ▒▒▒▒▒▒▒▒▓▓▒▒▒▒    - + + + - - +
+      · exactly 0   ░▒▓█ small to large weight (█ = 0.725)
+      + yours larger   - yours smaller   · the same, within tolerance
+
+Shades go by the square root of weight / largest weight (░ below 1/16, ▒ below 1/4, ▓ below 9/16),
+so small weights stay visible and an exact 0 (·) stands apart from a tiny leak (░).
+Masks draw ■ for True (may attend) and · for False. The picture is fitted to the width it is
+given: columns beyond it are cropped around the largest difference, and the caption says so.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.text import Text
+
+from lumen_ex.core.untrusted import one_line
+
+SHADES = ("░░", "▒▒", "▓▓", "██")
+ZERO, UNKNOWN, ON = " ·", " ?", " ■"
+LABEL_W, SEP = 6, "   "
+STYLE = {"shade": "blue", "wrong": "bold red", "more": "bold red", "less": "bold cyan", "nan": "bold magenta"}
+
+
+# -------------------------------------------------------------------------------------------------
+# heatmap
+
+
+class Heatmap:
+    """A rich renderable of ``details["heatmap"]``: expected | yours | difference."""
+
+    def __init__(self, payload: dict):
+        self.p = payload
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        try:                     # a view never fails: a malformed payload draws nothing
+            lines = heatmap_lines(self.p, options.max_width) if _well_formed(self.p) else []
+        except (TypeError, ValueError, KeyError, IndexError):
+            lines = []
+        yield from lines
+
+
+def _well_formed(p) -> bool:
+    """The payload's grids are equal-sized lists of rows of numbers / None (at most 64 x 64)."""
+    if not isinstance(p, dict):
+        return False
+    grids = [p.get(k) for k in ("expected", "got", "differs")]
+    if not all(isinstance(g, list) and 0 < len(g) <= 64 for g in grids):
+        return False
+    n_cols = len(grids[0][0]) if isinstance(grids[0][0], list) else -1
+    return 0 < n_cols <= 64 and all(
+        len(g) == len(grids[0]) and all(isinstance(row, list) and len(row) == n_cols and all(
+            v is None or (type(v) in (int, float, bool) and math.isfinite(v)) for v in row) for row in g)
+        for g in grids)
+
+
+def heatmap_lines(p: dict, width: int = 96) -> list[Text]:
+    expected, got, differs = p["expected"], p["got"], p["differs"]
+    n_rows, n_cols = len(expected), len(expected[0]) if expected else 0
+    if not n_rows or not n_cols:
+        return []
+    is_mask = p.get("kind") == "mask"
+    r0, c0 = int(p.get("row_start", 0)), int(p.get("col_start", 0))
+    # fit the columns to the width: label + 3 panels of 2 characters per key + 2 separators
+    fit = max(1, (width - LABEL_W - 2 * len(SEP)) // 6)
+    lo = 0
+    if n_cols > fit:
+        worst = int((p.get("worst") or [0, 0])[1]) - c0
+        lo = max(0, min(worst - fit // 2, n_cols - fit))
+    cols = range(lo, min(n_cols, lo + fit))
+    vmax = max((abs(v) for g in (expected, got) for row in g for v in row if v is not None), default=0.0) or 1.0
+
+    def cell(v) -> tuple[str, str]:
+        if v is None:
+            return UNKNOWN, STYLE["nan"]
+        if is_mask:
+            return (ON, "") if v else (ZERO, "dim")
+        if v == 0:
+            return ZERO, "dim"
+        level = min(3, int(math.sqrt(abs(v) / vmax) * 4))     # sqrt: small weights stay visible
+        return SHADES[level], STYLE["shade"]
+
+    def diff(e, g, wrong) -> tuple[str, str]:
+        if not wrong:
+            return ZERO, "dim"
+        if e is None or g is None:
+            return UNKNOWN, STYLE["nan"]
+        return (" +", STYLE["more"]) if g > e else (" -", STYLE["less"])
+
+    titles = ("expected", "yours", "difference")
+    widths = [max(2 * len(cols), len(t)) for t in titles]
+    title = one_line(p.get("title") or p.get("what", "weights"))        # from the record: shown, never run
+    out = [Text.assemble("  ", (title, "bold"), ": rows = queries, columns = keys")]
+    out.append(Text((" " * LABEL_W + SEP.join(t.ljust(w) for t, w in zip(titles, widths))).rstrip()))
+    every = 2 if c0 + cols.stop - 1 >= 10 else 1          # two-digit keys: label every other one
+    numbers = "".join(f"{c0 + j:>2}" if (c0 + j) % every == 0 else "  " for j in cols)
+    out.append(Text((" " * LABEL_W + SEP.join(numbers.ljust(w) for w in widths)).rstrip()))
+    for i in range(n_rows):
+        line = Text(f"q{r0 + i}".rjust(LABEL_W - 2).ljust(LABEL_W))
+        for n in range(3):
+            if n:
+                line.append(SEP)
+            for j in cols:
+                e, g, wrong = expected[i][j], got[i][j], bool(differs[i][j])
+                text, style = cell(e) if n == 0 else cell(g) if n == 1 else diff(e, g, wrong)
+                if n == 1 and wrong and style != STYLE["nan"]:
+                    style = STYLE["wrong"]
+                line.append(text, style=style)
+            line.append(" " * (widths[n] - 2 * len(cols)))
+        line.rstrip()
+        out.append(line)
+    out += _legend(p, is_mask, vmax)
+    shown = _shown(p, n_rows, r0, c0, cols)
+    if shown:
+        out.append(Text(shown, style="dim"))
+    worst = _worst_line(p, is_mask)
+    if worst:
+        out.append(Text(worst, style="dim"))
+    return out
+
+
+def _legend(p: dict, is_mask: bool, vmax: float) -> list[Text]:
+    if is_mask:
+        return [Text("  ■ True (may attend)   · False (masked)"),
+                Text.assemble("  ", ("+", STYLE["more"]), " yours True, expected False   ",
+                              ("-", STYLE["less"]), " yours False, expected True")]
+    first = ["  · exactly 0   ", ("░▒▓█", STYLE["shade"]), f" small to large weight (█ = {vmax:.3g})"]
+    if any(v is None for row in p["got"] for v in row):
+        first += ["   ", ("?", STYLE["nan"]), " NaN/inf"]
+    return [Text.assemble(*first),
+            Text.assemble("  ", ("+", STYLE["more"]), " yours larger   ", ("-", STYLE["less"]), " yours smaller   "
+                          "· the same, within tolerance")]
+
+
+def _shown(p: dict, n_rows: int, r0: int, c0: int, cols: range) -> str:
+    L_q, L_k = (p.get("shape") or [n_rows, len(p["expected"][0])])[:2]
+    first, last = c0 + cols.start, c0 + cols.stop - 1
+    if n_rows == L_q and first == 0 and last == L_k - 1:
+        return ""
+    return (f"  showing queries {r0}-{r0 + n_rows - 1} and keys {first}-{last} of {L_q} x {L_k}, "
+            f"around the largest difference")
+
+
+def _worst_line(p: dict, is_mask: bool) -> str:
+    worst = p.get("worst")
+    if not worst:
+        return ""
+    i, j = worst[0] - int(p.get("row_start", 0)), worst[1] - int(p.get("col_start", 0))
+    try:
+        e, g = p["expected"][i][j], p["got"][i][j]
+    except (IndexError, TypeError):
+        return ""
+    fmt = (lambda v: "True" if v else "False") if is_mask else (lambda v: "NaN/inf" if v is None else f"{v:.3g}")
+    n, shape = p.get("mismatched"), p.get("shape") or []
+    many = f" ({n} of {shape[0] * shape[1]} cells differ)" if n and len(shape) == 2 else ""
+    return f"  largest difference: query {worst[0]}, key {worst[1]}, expected {fmt(e)}, yours {fmt(g)}{many}"
+
+
+# -------------------------------------------------------------------------------------------------
+# shape diagram
+
+
+def shape_diagram(expected: list, got: list, exp_axes: list, got_axes: list) -> list[Text]:
+    """Expected shape over yours, one column per axis (name above size), ^ under the axes that differ.
+
+    Same rank: axes are compared position by position. Different rank: axes are aligned by name,
+    so a missing or extra axis shows as a gap (–) instead of shifting every axis after it.
+    """
+    if not all(isinstance(x, list) for x in (expected, got, exp_axes, got_axes)):
+        return []
+    exp = [(one_line(n), one_line(s)) for n, s in zip(exp_axes, expected)]
+    yours = [(one_line(got_axes[i]) if i < len(got_axes) else "?", one_line(s)) for i, s in enumerate(got)]
+    columns = _align(exp, yours)
+    gap = ("–", "–")
+    widths = [max(len(x) for pair in col for x in (pair or gap)) for col in columns]
+    bad = [a is None or b is None or a != b for a, b in columns]
+
+    def row(label: str, cells: list[str], marks: list[bool]) -> Text:
+        t = Text(f"  {label:<10}")
+        for n, (c, w, m) in enumerate(zip(cells, widths, marks)):
+            t.append("  " if n else "")
+            t.append(c.rjust(w), style="bold red" if m else "")
+        return t
+
+    e_pairs = [a or gap for a, _ in columns]
+    y_pairs = [b or gap for _, b in columns]
+    lines = [row("expected", [n for n, _ in e_pairs], [False] * len(columns)),
+             row("", [s for _, s in e_pairs], [False] * len(columns)),
+             row("yours", [s for _, s in y_pairs], bad),
+             row("", [n for n, _ in y_pairs], bad)]
+    carets = Text(" " * 12)
+    for n, (w, m) in enumerate(zip(widths, bad)):
+        carets.append("  " if n else "")
+        carets.append(("^" * w) if m else " " * w, style="bold red" if m else "")
+    if any(bad):
+        carets.append("  ^ differs", style="dim")
+    lines.append(Text(carets.plain.rstrip()) if not any(bad) else carets)
+    return lines
+
+
+def _align(exp: list, yours: list) -> list[tuple]:
+    """Pairs of (expected axis, your axis), None for a gap."""
+    if len(exp) == len(yours):
+        return list(zip(exp, yours))
+    out: list[tuple] = []
+    matcher = difflib.SequenceMatcher(a=[n for n, _ in exp], b=[n for n, _ in yours], autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        a, b = exp[i1:i2], yours[j1:j2]
+        for k in range(max(len(a), len(b))):
+            out.append((a[k] if k < len(a) else None, b[k] if k < len(b) else None))
+    return out
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: max(n - 1, 1)] + "…"

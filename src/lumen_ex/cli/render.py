@@ -1,0 +1,285 @@
+"""Rich views of the result record and of the other commands' data.
+
+A view reads the record; it decides nothing. The first failing test comes first, explained shape
+first, then dtype and device, then values, then the mistake that explains it; then a compact table
+of every test, the score and the next step. Colours are off when the output is not a terminal or
+NO_COLOR is set (rich honours both).
+
+Text from the record or from a submission is never rich markup: it goes in as ``rich.text.Text``
+(so ``[bold]`` is just text) after src/lumen_ex/core/untrusted.py has shown its control characters (so an
+escape sequence the learner's code printed is seen, never run by the terminal): ``visible`` for
+what the learner's code printed and messages, ``one_line`` for names, table cells and titles.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from lumen_ex.core.results import VALUE_KINDS, Diagnosis, RunResult, Status, TestResult, points
+from lumen_ex.core.untrusted import one_line, visible
+
+from lumen_ex.cli.pictures import Heatmap, shape_diagram
+
+MARK = {Status.PASS: ("✓", "green"), Status.FAIL: ("✗", "red"), Status.ERROR: ("!", "red"),
+        Status.TIMEOUT: ("⏱", "red"), Status.SKIPPED: ("-", "dim")}
+KIND_LABEL = {"shape": "shape", "dtype": "dtype", "device": "device", "nonfinite": "NaN/inf",
+              "values": "values", "property": "property", "exception": "exception", "import": "import",
+              "missing": "missing", "signature": "signature", "arity": "returns", "type": "type",
+              "timeout": "timeout", "crash": "crash", "protocol": "protocol", "forbidden": "forbidden",
+              "grader": "grader", "file": "file"}
+
+
+def console() -> Console:
+    width = int(os.environ.get("COLUMNS", "0") or 0) or None
+    return Console(highlight=False, soft_wrap=False, width=width)
+
+
+# -------------------------------------------------------------------------------------------------
+# check
+
+
+def render_result(con: Console, result: RunResult) -> None:
+    ex = result.exercise
+    sandbox = result.sandbox
+    iso = "isolated" if sandbox.isolated else "NOT ISOLATED"
+    con.print(Text.assemble(
+        (f"lumen-ex check {ex['number']}", "bold"), one_line(f" · {ex['title']} · "),
+        (one_line(f"sandbox {sandbox.backend} ({iso})"), "green" if sandbox.isolated else "bold red")))
+    # The run's identity on a line of its own: what reproduces it, and which bytes were graded.
+    con.print(Text(one_line(" · ".join(filter(None, [
+        result.device, f"seed {result.seed}",
+        f"{result.source['file']} sha256 {result.source['sha256'][:12]}" if result.source else ""]))), style="dim"))
+    if not sandbox.isolated:
+        con.print(Panel(Text(visible(sandbox.note or "This run was not isolated."), style="bold"),
+                        title="warning", border_style="red"))
+    first = result.first_failure
+    if first is not None:
+        con.print()
+        con.print(_failure_panel(first, result.misconceptions))
+    else:
+        printed = next((t for t in result.tests if t.output.strip()), None)
+        if printed is not None:        # on a pass too, but folded: the first test that printed
+            con.print()
+            con.print(*_printed(printed.output, keep=3), sep="\n")
+    con.print()
+    con.print(_table(result.tests, con.width))
+    con.print()
+    con.print(_summary(result))
+
+
+def _failure_panel(test: TestResult, named: list[dict] | None = None) -> Panel:
+    """The first failure; ``named``: the run's named mistakes (RunResult.misconceptions), whose
+    most consistent one is shown under it with its evidence across the run."""
+    lines: list = []
+    diag = test.diagnosis
+    top = named[0] if named else None
+    if diag is not None:
+        lines += _diagnosis_lines(diag, run_mistake=top)
+    elif top is not None:
+        lines += [Text(visible(test.message or test.status.value)), _run_mistake_line(top)]
+    else:
+        lines.append(Text(visible(test.message or test.status.value)))
+    if test.output.strip():
+        lines += [Text(""), *_printed(test.output)]
+    mark, color = MARK[test.status]
+    name = test.name
+    if diag is not None and diag.kind == "import":    # one cause for every test: say so in the title
+        name = "your file does not parse" if "does not parse" in diag.summary else "your file did not import"
+    title = Text.assemble((f"{mark} first failure: ", color), (one_line(name), "bold"))
+    return Panel(Group(*lines), title=title, title_align="left", border_style=color)
+
+
+PRINTED_LINES = 12
+
+
+def _printed(output: str, keep: int = PRINTED_LINES) -> list[Text]:
+    """What the learner's code printed (never the grader's own words), its first ``keep`` lines and
+    how many more there were; a CR is shown, never a line break."""
+    shown = visible(output.strip()).split("\n")
+    out = [Text("your code printed:", style="dim"), Text("\n".join(shown[:keep]), style="dim")]
+    if len(shown) > keep:
+        out.append(Text(f"... {len(shown) - keep} more lines (all of them: --format json)", style="dim"))
+    return out
+
+
+def _diagnosis_lines(diag: Diagnosis, run_mistake: dict | None = None) -> list:
+    label = one_line(KIND_LABEL.get(diag.kind, diag.kind))
+    out: list = [Text.assemble((f"{label}: ", "bold yellow"), visible(diag.summary))]
+    if diag.kind == "shape" and diag.details.get("expected_axes"):
+        out += shape_diagram(diag.expected or [], diag.got or [], diag.details["expected_axes"],
+                             diag.details.get("got_axes") or [])
+    elif diag.expected is not None or diag.got is not None:
+        if diag.kind not in ("values",):
+            out.append(Text(one_line(f"  expected {diag.expected}   got {diag.got}"), style="dim"))
+    where = _where(diag)
+    if where:
+        out.append(Text(one_line(f"  {where}"), style="dim"))
+    if isinstance(diag.details.get("code"), str) and diag.details.get("where"):
+        out.append(Text(one_line(f"    {diag.details['code']}")))        # the line itself, once
+    if isinstance(diag.details.get("heatmap"), dict):
+        out.append(Heatmap(diag.details["heatmap"]))
+    if run_mistake is not None and diag.misconception == run_mistake.get("id"):
+        out.append(_run_mistake_line(run_mistake))     # the same mistake, with the run's evidence
+        return out
+    if diag.misconception and diag.kind in VALUE_KINDS:
+        # Matched on this test only, not across the run's failing value tests: what was seen, no guess.
+        out.append(Text.assemble(("seen on this test: ", "bold magenta"), visible(diag.hint or diag.misconception)))
+    elif diag.misconception and diag.kind == "exception":
+        out.append(Text.assemble(("try: ", "bold cyan"), visible(diag.hint or diag.misconception)))
+    elif diag.misconception:
+        out.append(Text.assemble(("likely mistake: ", "bold magenta"), visible(diag.hint or diag.misconception)))
+    elif diag.hint:
+        out.append(Text.assemble(("try: ", "bold cyan"), visible(diag.hint)))
+    if run_mistake is not None:
+        out.append(_run_mistake_line(run_mistake))
+    return out
+
+
+def _run_mistake_line(entry: dict) -> Text:
+    """'likely mistake (matches 9 of 9 value tests to 1e-9): ...' from a RunResult.misconceptions entry."""
+    def bound(err) -> str:
+        if not isinstance(err, (int, float)) or not err > 0:
+            return "exactly"
+        return f"to 1e{math.ceil(math.log10(err) - 1e-12)}"
+
+    counted = f"matches {entry.get('matched')} of {entry.get('of')} value tests"
+    if "max_error_float64" in entry and entry.get("max_error_float64") != entry.get("max_error"):
+        evidence = f"{counted}, {bound(entry['max_error_float64'])} in float64"
+    else:
+        evidence = f"{counted} {bound(entry.get('max_error'))}"
+    return Text.assemble((one_line(f"likely mistake ({evidence}): "), "bold magenta"), visible(entry.get("sentence", "")))
+
+
+def _where(diag: Diagnosis) -> str:
+    d = diag.details
+    parts = []
+    if d.get("heads"):
+        parts.append("wrong heads: " + ", ".join(map(str, d["heads"])))
+    if d.get("rows") and diag.kind == "values":
+        parts.append("wrong query rows: " + ", ".join(map(str, d["rows"][:12])))
+    if d.get("where"):
+        parts.append(f"at {d['where']}")
+    return "   ".join(parts)
+
+
+def _table(tests: list[TestResult], width: int) -> Table:
+    """One line per test; a failure repeating the first failure's message says so briefly."""
+    name_w = min(44, max(20, width // 2))
+    why_w = max(10, width - name_w - 18)
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    table.add_column("")
+    table.add_column("test")
+    table.add_column("score", justify="right")
+    table.add_column("why")
+    first = next((t for t in tests if t.status not in (Status.PASS, Status.SKIPPED)), None)
+    same = [t for t in tests if first is not None and t is not first
+            and t.status is first.status and t.message == first.message]
+    for t in tests:
+        if t in same:
+            continue                 # folded into one row under the first failure
+        mark, color = MARK[t.status]
+        if t.status is Status.PASS:
+            why = t.message          # empty, or a note the test left (a float64 result's rounding)
+        else:
+            why = t.message or t.status.value
+        group = one_line(t.group)
+        table.add_row(Text(mark, style=color), Text.assemble((f"{group} ", "dim"), _clip(t.name, name_w - len(group) - 1)),
+                      Text(f"{points(t.score)}/{points(t.max_score)}"), Text(_clip(why, why_w), style="dim"))
+        if t is first and same:
+            mark, color = MARK[first.status]
+            table.add_row(Text(mark, style=color), Text(f"{len(same)} more tests failed for the same reason", style="bold"),
+                          Text(f"{points(sum(x.score for x in same))}/{points(sum(x.max_score for x in same))}"),
+                          Text(_clip("as the first failure", why_w), style="dim"))
+    return table
+
+
+def _clip(text: str, n: int) -> str:
+    """``text`` on one line (untrusted.one_line), cut to ``n`` characters with an ellipsis; a test's
+    id at the end (``[4d]``, ``[broadcast]``) is kept whole, so no two rows look the same."""
+    text = one_line(text)
+    if len(text) <= n:
+        return text
+    head, sep, tail = text.rpartition(" [")
+    if sep and tail.endswith("]") and len(tail) + 3 < n:
+        keep = n - len(tail) - 3
+        return head[:max(keep, 1)] + "… [" + tail
+    return text[: max(n - 1, 1)] + "…"
+
+
+def _summary(result: RunResult) -> Text:
+    passed = sum(t.status is Status.PASS for t in result.tests)
+    counted = sum(t.status is not Status.SKIPPED for t in result.tests)
+    n = result.exercise["number"]
+    if result.status is Status.PASS:
+        head = ("All tests passed", "bold green")
+        step = (f"Next: exercise {n + 1} (lumen-ex list), or read the README again for the why."
+                if _exists(n + 1) else "That was the last exercise: read its README again for the why.")
+    elif result.status is Status.ERROR:
+        head = ("The grader could not finish", "bold red")
+        step = f"{result.message}. Run `lumen-ex doctor`; if it persists, report it with --format json output."
+    else:
+        head = ("Not yet", "bold yellow")
+        step = f"Next: fix the first failure above, then run `lumen-ex check {n}` again (stuck? `lumen-ex hint {n}`)."
+    return Text.assemble(head, f" · score {points(result.score)}/{points(result.max_score)}"
+                         f" · {passed} of {counted} tests passed · {result.duration:.1f} s\n", step)
+
+
+def _exists(number: int) -> bool:
+    """Whether the catalogue has exercise ``number`` (the closing line never offers one it has not)."""
+    from lumen_ex.core import catalog
+
+    return any(ex.number == number for ex in catalog.load().exercises)
+
+
+# -------------------------------------------------------------------------------------------------
+# list, init, hint, doctor
+
+
+def render_list(con: Console, workspace, rows) -> None:
+    table = Table(box=None, header_style="bold")
+    for col in ("#", "exercise", "file", "status", "best score"):
+        table.add_column(col)
+    for r in rows:
+        color = {"pass": "green", "fail": "yellow"}.get(r.status, "dim")
+        table.add_row(Text(str(r.number)), Text(one_line(f"{r.title} ({r.slug})")), Text(one_line(r.path)),
+                      Text(one_line(r.status), style=color), Text(f"{points(r.best_score)}/{points(r.max_score)}"))
+    con.print(table)
+    if workspace is None:
+        con.print(Text("No workspace here: create one with `lumen-ex init DIR` to track progress.", style="dim"))
+    else:
+        con.print(Text(one_line(f"workspace: {workspace.root}"), style="dim"), soft_wrap=True)
+
+
+def render_init(con: Console, workspace, directory: Path) -> None:
+    # soft_wrap: a path is printed whole, never broken across lines, so it can be copied.
+    con.print(Text.assemble(("Created a lumen-ex workspace in ", ""), (one_line(workspace.root), "bold")),
+              soft_wrap=True)
+    con.print(Text(f"Next:\n  cd {one_line(directory)}\n  open 01-attention/README.md, edit 01-attention/attention.py\n"
+                   "  lumen-ex check 1"))
+
+
+def render_hint(con: Console, hint, last: bool = True) -> None:
+    title = f"hint {hint.index + 1} of {hint.total} · exercise {hint.exercise.number} ({hint.exercise.slug})"
+    con.print(Panel(Text(hint.text), title=title, title_align="left", border_style="cyan"))
+    if last and hint.index + 1 < hint.total:
+        con.print(Text(f"Run `lumen-ex hint {hint.exercise.number}` again for the next one.", style="dim"))
+
+
+def render_doctor(con: Console, report) -> None:
+    table = Table(box=None, header_style="bold")
+    for col in ("", "area", "what", "status", "to fix"):
+        table.add_column(col)
+    for f in report.findings:
+        table.add_row(Text("✓" if f.ok else "✗", style="green" if f.ok else "yellow"), Text(one_line(f.area)),
+                      Text(one_line(f.name)), Text(visible(f.detail)), Text(visible(f.fix), style="cyan"))
+    con.print(table)
+    if not report.sandbox_ok:
+        con.print(Text("No isolating sandbox: checks will run NOT ISOLATED. Install bubblewrap (see above).",
+                       style="bold red"))

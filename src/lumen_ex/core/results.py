@@ -1,0 +1,281 @@
+"""The one result record that every output format is a view of.
+
+A check produces a :class:`RunResult` holding one :class:`TestResult` per hidden test. Failures
+carry a :class:`Diagnosis` (what kind of check failed, expected vs got, where, and the likely
+misconception), never just a string, so the terminal, JSON and LMS renderers all say the same
+thing. The JSON form is versioned: see docs/result-schema.md and docs/result.schema.json.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = "1"
+
+
+class Status(str, enum.Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    SKIPPED = "skipped"
+
+
+# Diagnosis kinds, in the order a test checks them: an earlier kind explains a later one.
+DIAGNOSIS_KINDS = (
+    "file",          # the learner's file could not be read at all (src/lumen_ex/core/snapshot.py)
+    "import",        # the learner's file could not be imported
+    "missing",       # a graded function is not defined
+    "signature",     # it is defined with the wrong parameters
+    "exception",     # the learner's code raised
+    "forbidden",     # it called an API the exercise forbids
+    "arity",         # it returned the wrong number of values
+    "type",          # it returned something that is not a tensor
+    "shape",
+    "dtype",
+    "device",
+    "nonfinite",     # NaN or inf where the expected values are finite
+    "values",
+    "property",      # weights sum to 1, no future leakage, gradients, inputs unchanged, cost ...
+    "timeout",       # a call ran past its time limit
+    "crash",         # the worker process died (exit code or signal)
+    "protocol",      # the worker sent something that is not a valid reply
+    "grader",        # the grader itself failed: never the learner's fault
+)
+
+
+@dataclass
+class Diagnosis:
+    """Why a test failed, as data: the renderers decide how to show it."""
+
+    kind: str
+    summary: str                          # one line a learner can act on
+    expected: Any = None                  # JSON-able: a shape, a dtype, a number ...
+    got: Any = None
+    details: dict[str, Any] = field(default_factory=dict)
+    misconception: str | None = None      # the named mistake that explains the error, if known
+    hint: str | None = None               # what to try next
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v not in (None, {}, [])}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Diagnosis:
+        return cls(**{k: data.get(k) for k in ("kind", "summary", "expected", "got", "misconception", "hint")},
+                   details=data.get("details") or {})
+
+
+@dataclass
+class TestResult:
+    id: str
+    name: str
+    group: str
+    status: Status
+    score: float = 0.0
+    max_score: float = 0.0
+    message: str = ""
+    diagnosis: Diagnosis | None = None
+    output: str = ""
+    duration: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "group": self.group,
+            "status": self.status.value,
+            "score": round(self.score, 4),
+            "max_score": round(self.max_score, 4),
+            "message": self.message,
+            "diagnosis": self.diagnosis.to_dict() if self.diagnosis else None,
+            "output": self.output,
+            "duration": round(self.duration, 4),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TestResult:
+        diag = data.get("diagnosis")
+        return cls(id=data["id"], name=data["name"], group=data["group"], status=Status(data["status"]),
+                   score=data["score"], max_score=data["max_score"], message=data["message"],
+                   diagnosis=Diagnosis.from_dict(diag) if diag else None,
+                   output=data.get("output", ""), duration=data.get("duration", 0.0))
+
+
+# Diagnoses that compared values with the reference: the tests a named mistake is counted over.
+VALUE_KINDS = ("values", "nonfinite")
+FLOAT64_EVIDENCE = 1e-9      # the match tolerance of float64 values (src/lumen_ex/graders/support/expect.py)
+
+
+def summarise_misconceptions(tests: list[TestResult]) -> list[dict[str, Any]]:
+    """The mistakes named by value comparisons across a run that explain it: each matched more
+    than half of the run's failing value tests (at most one can), the most consistent first.
+
+    Each entry: ``id``; ``sentence`` (what the output equals and what to do); ``matched``, the number
+    of value tests (tests whose values differed from the reference) that named it; ``of``, the number
+    of value tests that could show it (it was among the mistakes compared there: one that gives the
+    reference's answer on a test's input, or that a test does not look for, cannot be seen there);
+    ``max_error``, its largest deviation from the learner's values over the tests that named it;
+    ``max_error_float64`` (only when some of them compared float64 values, matched at 1e-9), the
+    largest over those: the strongest evidence, since lower precisions match at their own tolerance.
+    """
+    value_tests = [t for t in tests if t.diagnosis is not None and t.diagnosis.kind in VALUE_KINDS]
+    found: dict[str, dict[str, Any]] = {}
+    for t in value_tests:
+        d = t.diagnosis
+        if not d.misconception:
+            continue
+        entry = found.setdefault(d.misconception, {
+            "id": d.misconception, "sentence": str(d.details.get("misconception_sentence") or d.hint or d.misconception),
+            "matched": 0, "of": sum(1 for v in value_tests if _could_show(v.diagnosis, d.misconception)),
+            "max_error": 0.0})
+        entry["matched"] += 1
+        err = d.details.get("variant_max_error")
+        if isinstance(err, (int, float)) and err == err:
+            entry["max_error"] = max(entry["max_error"], float(err))
+            tol = d.details.get("variant_tolerance")
+            if isinstance(tol, (int, float)) and tol <= FLOAT64_EVIDENCE:
+                entry["max_error_float64"] = max(entry.get("max_error_float64", 0.0), float(err))
+    # A likely mistake explains the run: it is named only when it matched most of the failing value
+    # tests (more than half). One that matched 1 of 10 explains nothing; the test that matched it
+    # shows it as what was seen there (src/lumen_ex/cli/render.py), without a guess for the run.
+    explaining = [e for e in found.values() if 2 * e["matched"] > len(value_tests)]
+    return sorted(explaining, key=lambda e: (-e["matched"], e["max_error"], e["id"]))
+
+
+def _could_show(diag: Diagnosis, misconception: str) -> bool:
+    """Whether a value test compared the learner's values with this mistake (documents without
+    ``variants_compared`` predate it: every value test counts)."""
+    compared = diag.details.get("variants_compared")
+    return not isinstance(compared, list) or misconception in compared or diag.misconception == misconception
+
+
+@dataclass
+class SandboxInfo:
+    backend: str                          # "bwrap" | "docker" | "none"
+    isolated: bool
+    limits: dict[str, str] = field(default_factory=dict)   # what enforced each limit
+    note: str = ""
+
+
+@dataclass
+class RunResult:
+    exercise: dict[str, Any]              # {"number", "slug", "title"}
+    status: Status                        # pass | fail | error (error: the grader could not run)
+    sandbox: SandboxInfo
+    device: str
+    seed: int
+    score: float = 0.0
+    max_score: float = 0.0
+    duration: float = 0.0
+    message: str = ""
+    tests: list[TestResult] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+    source: dict[str, Any] | None = None  # {"file", "sha256", "bytes"}: the bytes graded (src/lumen_ex/core/snapshot.py)
+    # About this machine, not the grade (a progress file that could not be saved): shown once by the
+    # CLI, not part of the record.
+    warnings: list[str] = field(default_factory=list, compare=False)
+
+    @property
+    def misconceptions(self) -> list[dict[str, Any]]:
+        """The run-level summary of named mistakes (:func:`summarise_misconceptions`), from the tests."""
+        return summarise_misconceptions(self.tests)
+
+    @property
+    def first_failure(self) -> TestResult | None:
+        return next((t for t in self.tests if t.status not in (Status.PASS, Status.SKIPPED)), None)
+
+    def exit_code(self) -> int:
+        """0 all passed, 1 a test failed, 3 the grader itself could not run."""
+        return {Status.PASS: 0, Status.FAIL: 1}.get(self.status, 3)
+
+    def to_dict(self) -> dict[str, Any]:
+        summary = self.misconceptions
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "exercise": self.exercise,
+            "status": self.status.value,
+            "score": round(self.score, 4),
+            "max_score": round(self.max_score, 4),
+            "duration": round(self.duration, 3),
+            "message": self.message,
+            "sandbox": asdict(self.sandbox),
+            "device": self.device,
+            "seed": self.seed,
+            "versions": self.versions,
+            **({"source": self.source} if self.source else {}),
+            "tests": [t.to_dict() for t in self.tests],
+            **({"misconceptions": summary} if summary else {}),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunResult:
+        return cls(exercise=data["exercise"], status=Status(data["status"]),
+                   sandbox=SandboxInfo(**data["sandbox"]), device=data["device"], seed=data["seed"],
+                   score=data["score"], max_score=data["max_score"], duration=data["duration"],
+                   message=data.get("message", ""), tests=[TestResult.from_dict(t) for t in data["tests"]],
+                   versions=data.get("versions", {}), source=data.get("source"))
+
+
+# Notes a hidden test leaves on its own result, for a test that passes with something worth saying
+# (src/lumen_ex/graders/support/expect.py: a float64 result with float32 rounding). The harness collects them
+# per test (src/lumen_ex/harness/plugin.py) and shows them as the passing test's message. Only the trusted grading
+# process calls these: the learner's code runs in the worker and cannot reach them.
+_NOTES: list[str] = []
+
+
+def note(text: str) -> None:
+    """Attach ``text`` to the result of the hidden test now running (once, however often it is said)."""
+    if text not in _NOTES:
+        _NOTES.append(text)
+
+
+def take_notes() -> list[str]:
+    """The notes left since the last call, and forget them."""
+    taken = list(_NOTES)
+    _NOTES.clear()
+    return taken
+
+
+class CheckFailed(AssertionError):
+    """Raised by hidden-test helpers: the submission failed a check, explained by ``diagnosis``."""
+
+    def __init__(self, diagnosis: Diagnosis):
+        super().__init__(diagnosis.summary)
+        self.diagnosis = diagnosis
+
+
+def points(x: float) -> str:
+    """A score as people write it: 10 -> '10', 4.833333 -> '4.83'."""
+    return f"{x:.2f}".rstrip("0").rstrip(".") if x % 1 else f"{int(x)}"
+
+
+def base_versions() -> dict[str, str]:
+    """The versions every result names, known without importing torch: lumen-ex and Python."""
+    import platform
+
+    from lumen_ex import __version__
+
+    return {"lumen_ex": __version__, "python": platform.python_version()}
+
+
+def one_line(message: str, fallback: str, limit: int = 500) -> str:
+    """The first line of ``message`` (at most ``limit`` characters), or ``fallback`` when it is empty."""
+    lines = message.strip().splitlines()
+    return lines[0][:limit] if lines else fallback
+
+
+def grader_error(exercise: dict[str, Any], message: str, *, sandbox: SandboxInfo, device: str, seed: int,
+                 duration: float = 0.0, versions: dict[str, str] | None = None) -> RunResult:
+    """The record of a check the grader could not finish: status ``error``, one test ("the grader
+    ran") that says why. Nothing about the learner's code is claimed."""
+    test = TestResult("grader", "the grader ran", "grader", Status.ERROR, message=message,
+                      diagnosis=Diagnosis("grader", message))
+    return RunResult(exercise=exercise, status=Status.ERROR, sandbox=sandbox, device=device, seed=seed,
+                     duration=duration, message=message, tests=[test],
+                     versions=base_versions() if versions is None else versions)

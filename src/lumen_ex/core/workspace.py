@@ -1,0 +1,99 @@
+"""A learner's workspace: the stubs they edit, found by walking up to its marker file.
+
+    DIR/lumen-ex.toml              the marker (which catalogue the workspace was made from)
+    DIR/README.md                  how to work in it
+    DIR/01-attention/attention.py  a stub and its README, one folder per exercise
+    DIR/.lumen-ex/progress.json    best score per exercise and hints seen (written by the harness)
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from lumen_ex.core.atomic import write_atomically
+from lumen_ex.core.catalog import Catalog, Exercise, exercises_root
+from lumen_ex.core.errors import UsageError, WorkspaceNotFound
+
+MARKER = "lumen-ex.toml"
+STATE_DIR = ".lumen-ex"
+
+
+@dataclass
+class Workspace:
+    root: Path
+
+    @classmethod
+    def find(cls, start: Path | None = None) -> Workspace:
+        """The workspace holding ``start`` (default: the current folder), as git finds its repo."""
+        here = Path(start or os.getcwd()).resolve()
+        for folder in (here, *here.parents):
+            if (folder / MARKER).is_file():
+                return cls(folder)
+        raise WorkspaceNotFound(f"no lumen-ex workspace at or above {here}",
+                                "Create one with `lumen-ex init DIR`, or pass --workspace DIR")
+
+    @classmethod
+    def create(cls, target: Path, catalog: Catalog) -> Workspace:
+        """Copy every stub and README into a new (or empty) folder."""
+        target = Path(target)
+        if target.exists() and any(target.iterdir()):
+            raise UsageError(f"{target} already exists and is not empty",
+                             "Choose a new folder name, or empty it first")
+        root = exercises_root()
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(root / "WORKSPACE.md", target / "README.md")
+        for ex in catalog.exercises:
+            (target / ex.dir).mkdir()
+            for name in (ex.file, "README.md"):
+                shutil.copyfile(root / ex.dir / name, target / ex.dir / name)
+        created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        (target / MARKER).write_text(
+            "# This folder is a lumen-ex workspace. Run `lumen-ex check 1` anywhere inside it.\n"
+            f'catalog_version = "{catalog.version}"\ncreated = "{created}"\n')
+        return cls(target.resolve())
+
+    def exercise_file(self, ex: Exercise) -> Path:
+        path = self.root / ex.dir / ex.file
+        if not os.path.lexists(path):   # anything else there is graded, and refused if need be (snapshot.py)
+            raise UsageError(f"{ex.path} is missing from the workspace {self.root}",
+                             f"Restore it from the stub: lumen-ex init a new folder and copy {ex.path}")
+        return path
+
+    # -- progress ---------------------------------------------------------------------------
+
+    @property
+    def _state_file(self) -> Path:
+        return self.root / STATE_DIR / "progress.json"
+
+    def progress(self) -> dict:
+        try:
+            data = json.loads(self._state_file.read_text())
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def _save(self, data: dict) -> None:
+        write_atomically(self._state_file, json.dumps(data, indent=2))
+
+    def record_check(self, slug: str, status: str, score: float, max_score: float) -> None:
+        data = self.progress()
+        entry = data.setdefault("exercises", {}).setdefault(slug, {})
+        entry["last_status"], entry["last_score"], entry["max_score"] = status, score, max_score
+        entry["best_score"] = max(score, entry.get("best_score", 0.0))
+        entry["checks"] = entry.get("checks", 0) + 1
+        entry["last_checked"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        self._save(data)
+
+    def next_hint(self, slug: str, total: int) -> int:
+        """Index of the next hint to show (cycling back to the last one once all are seen)."""
+        data = self.progress()
+        entry = data.setdefault("exercises", {}).setdefault(slug, {})
+        shown = min(entry.get("hints_shown", 0), total)
+        entry["hints_shown"] = min(shown + 1, total)
+        self._save(data)
+        return min(shown, total - 1)

@@ -1,0 +1,211 @@
+"""``lumen-ex check``: grade one exercise of one workspace and return the result record.
+
+The order of work matters for speed: the sandboxed worker is launched before this process imports
+torch or pytest, so the two torch imports (the worker's and the harness's) overlap.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+
+from lumen_ex import __version__
+from lumen_ex.core.options import DEVICES, gpu_present, resolve_device  # noqa: F401 (re-exported)
+from lumen_ex.sandbox.base import Launcher, WorkerSpec
+from lumen_ex.sandbox.docker import DockerSandbox
+from lumen_ex.sandbox.select import select_launcher
+
+from lumen_ex.core import catalog as catalog_mod
+from lumen_ex.core import scores, seeds, snapshot
+from lumen_ex.core.errors import DeviceUnavailable, UsageError
+from lumen_ex.core.results import Diagnosis, RunResult, SandboxInfo, Status, TestResult, base_versions
+from lumen_ex.core.workspace import Workspace
+
+def worker_spec(ex, workspace: Path, learner_file: Path, device: str) -> WorkerSpec:
+    """The sandboxed worker a check of ``ex`` asks for. Watch mode and ``lumen-ex grade`` start
+    workers in advance under this same spec, so that :func:`grade` takes them as its own."""
+    return WorkerSpec(workspace=workspace, module_dir=learner_file.parent, device=resolve_device(device),
+                      limits=ex.limits)
+
+
+def run_check(exercise: str | int, *, workspace: Path | None = None, sandbox: str = "auto",
+              seed: int | None = None, device: str = "auto", record: bool = True,
+              select: str | None = None, launcher: Launcher | None = None) -> RunResult:
+    """Grade ``exercise`` in ``workspace`` (found from the current folder when None).
+
+    ``launcher`` overrides ``sandbox``: the grader image's entry point passes the launcher that
+    starts workers as the container's worker user (src/lumen_ex/sandbox/container.py).
+    """
+    started = time.monotonic()
+    if device not in DEVICES:
+        raise UsageError(f"unknown device {device!r}", "Use --device cpu, cuda or auto")
+    cat = catalog_mod.load()
+    ex = cat.find(exercise)
+    ws = Workspace.find(workspace)
+    learner_file = ws.exercise_file(ex)
+    seed = seeds.choose(seed)   # checked once, the same way for every sandbox
+    warning = ""
+    if launcher is None:
+        launcher, warning = select_launcher(sandbox)
+    if isinstance(launcher, DockerSandbox):  # the whole check runs inside the grader container
+        result = launcher.run_check(ex, ws.root, seed=seed, device=device, select=select, note=warning)
+    else:
+        result = grade(ex, ws.root, learner_file, launcher, seed=seed, device=device, select=select,
+                       started=started, warning=warning)
+    if record and result.status is not Status.ERROR:
+        try:
+            ws.record_check(ex.slug, result.status.value, result.score, result.max_score)
+        except OSError as exc:   # a read-only workspace: the grade stands, the progress is not kept
+            result.warnings.append(f"your progress was not saved ({exc.strerror or type(exc).__name__}: "
+                                   f"{exc.filename or ws.root})")
+    return result
+
+
+def grade(ex, workspace: Path, learner_file: Path, launcher: Launcher, *, seed: int, device: str,
+          select: str | None = None, started: float | None = None, warning: str = "",
+          first=None, lean: bool = False, run_tests=None) -> RunResult:
+    """Run the hidden suite of ``ex`` in this process against workers started by ``launcher``.
+
+    ``first``: a worker already launched for this check (a ``Launched``, or a ``harness.client.Worker``
+    whose hello may already have been read), used instead of launching one; ``lumen-ex watch``
+    keeps one ready between saves (src/lumen_ex/learner/watch.py). It is killed when the check ends.
+    ``lean``: run pytest without the plugins no suite needs (src/lumen_ex/harness/runner.py LEAN_DISABLED).
+    ``run_tests``: called instead of ``_run_tests`` with the same arguments (watch mode runs a
+    pytest session collected in advance).
+    """
+    started = time.monotonic() if started is None else started
+    wanted = device
+    spec = worker_spec(ex, workspace, learner_file, device)
+    device = spec.device
+    try:
+        source = snapshot.take(learner_file)   # once: every worker and the scan grade these bytes
+    except snapshot.SnapshotRefused as exc:
+        if first is not None:
+            first.kill()
+        return _refused(ex, str(exc), launcher, device=device, seed=seed, started=started, warning=warning)
+
+    if first is None:
+        first = launcher.launch(spec)  # before importing torch here: the two imports then overlap
+    pool = None
+    try:
+        from lumen_ex.harness.client import WorkerPool
+
+        pool = WorkerPool(launcher, spec, first=first, module=ex.module, functions=list(ex.functions),
+                          forbidden=list(ex.forbidden), source=source.data,
+                          startup_timeout=ex.times.startup_seconds,
+                          call_timeout=ex.times.call_seconds,
+                          run_deadline=started + ex.times.run_seconds)
+        device = _confirm_device(pool, wanted, device)
+        results, errors = (run_tests or _run_tests)(ex, pool, learner_file, seed=seed, device=device,
+                                                    select=select, lean=lean)
+    finally:
+        (pool.close() if pool is not None else first.kill())
+    note = " ".join(filter(None, [launcher.note(), warning]))
+    sandbox_info = SandboxInfo(launcher.name, launcher.isolated, pool.enforced, note)
+    result = _assemble(ex, results, errors, sandbox_info, device=device, seed=seed, started=started)
+    result.source = source.to_dict()
+    return result
+
+
+def _refused(ex, reason: str, launcher: Launcher, *, device, seed, started, warning) -> RunResult:
+    """The result for a file that cannot be graded at all (src/lumen_ex/core/snapshot.py): one failed row,
+    no test run, nothing scored: the row carries the exercise's whole maximum, so the scores add up."""
+    message = f"your file was not graded: {reason}"
+    total = scores.total(ex.points.values())
+    row = TestResult("file", "the exercise file can be read", "file", Status.FAIL, message=message,
+                     diagnosis=Diagnosis("file", message), max_score=total)
+    note = " ".join(filter(None, [launcher.note(), warning]))
+    return RunResult(
+        exercise=ex.summary(), status=Status.FAIL, sandbox=SandboxInfo(launcher.name, launcher.isolated, {}, note),
+        device=device, seed=seed, score=0.0, max_score=total,
+        duration=time.monotonic() - started, message=message, tests=[row],
+        versions={**base_versions(), "catalog": catalog_mod.load().version},
+    )
+
+
+def _confirm_device(pool, wanted: str, device: str) -> str:
+    """With --device auto, fall back to the CPU when the worker's torch cannot see the GPU."""
+    if device != "cuda":
+        return device
+    from lumen_ex.harness.client import WorkerFailure
+
+    try:
+        hello = pool.worker.wait_hello(time.monotonic() + pool.startup_timeout)
+    except WorkerFailure:
+        return device   # reported by the first test, like any other start-up failure
+    if hello.cuda:
+        return device
+    if wanted == "cuda":
+        raise DeviceUnavailable("--device cuda was asked for, but torch in the sandbox sees no CUDA device",
+                                "Check `lumen-ex doctor`, or use --device cpu")
+    return "cpu"
+
+
+def _run_tests(ex, pool, learner_file: Path, *, seed: int, device: str, select: str | None,
+               lean: bool = False):
+    from lumen_ex.harness.proxy import Submission
+    from lumen_ex.harness.runner import run_suite
+
+    submission = Submission(pool, device, learner_file.name)
+    return run_suite(ex.suite, submission, seed=seed, device=device, select=select, lean=lean)
+
+
+def score(ex, tests: list[TestResult]) -> None:
+    """Share each group's points among its tests that ran (skipped tests score nothing).
+
+    The shares are whole hundredths split by the largest-remainder rule (src/lumen_ex/core/scores.py):
+    the tests of a group add up to the group's points exactly, never a little more."""
+    for group, points in ex.points.items():
+        members = [t for t in tests if t.group == group and t.status is not Status.SKIPPED]
+        for t, units in zip(members, scores.share(scores.to_units(points), len(members))):
+            t.max_score = scores.from_units(units)
+            t.score = t.max_score if t.status is Status.PASS else 0.0
+
+
+# The hidden tests that need a GPU are in this group (src/lumen_ex/graders/attention/test_attention.py,
+# src/lumen_ex/graders/kv_cache/test_kv_cache.py: ``@pytest.mark.group("cuda")``, 0 points).
+GPU_GROUP = "cuda"
+NO_GPU = "no GPU on the grading machine"
+
+
+def skip_gpu_tests(tests: list[TestResult], device: str) -> None:
+    """Without a GPU, the GPU tests are ``skipped`` whatever else happened: a file that does not
+    parse or a run that timed out must not turn them into errors (and make "runs on the GPU"
+    the class's hardest test). With a GPU visible they keep their own outcome."""
+    if device == "cuda" or gpu_present():
+        return
+    for t in tests:
+        if t.group == GPU_GROUP and t.status is not Status.SKIPPED:
+            t.status, t.message, t.diagnosis = Status.SKIPPED, NO_GPU, None
+            t.score = t.max_score = 0.0
+
+
+def _assemble(ex, tests, errors, sandbox: SandboxInfo, *, device, seed, started) -> RunResult:
+    import torch
+
+    skip_gpu_tests(tests, device)
+    score(ex, tests)
+    unknown = sorted({t.group for t in tests} - set(ex.points))
+    if unknown:
+        errors = [*errors, f"test groups not in the catalogue: {', '.join(unknown)}"]
+    if errors or any(t.diagnosis and t.diagnosis.kind == "grader" for t in tests):
+        status = Status.ERROR
+        message = errors[0].strip().splitlines()[-1] if errors else "a hidden test failed inside the grader"
+    elif all(t.status in (Status.PASS, Status.SKIPPED) for t in tests):
+        status, message = Status.PASS, "all tests passed"
+    else:
+        status = Status.FAIL
+        failed = sum(t.status not in (Status.PASS, Status.SKIPPED) for t in tests)
+        message = f"{failed} of {len(tests)} tests did not pass"
+    if errors:
+        tests = [*tests, TestResult("grader", "the hidden suite loaded", "grader", Status.ERROR,
+                                    message=message, diagnosis=Diagnosis("grader", message))]
+    return RunResult(
+        exercise=ex.summary(), status=status, sandbox=sandbox, device=device, seed=seed,
+        score=scores.total(t.score for t in tests), max_score=scores.total(t.max_score for t in tests),
+        duration=time.monotonic() - started, message=message, tests=tests,
+        versions={"lumen_ex": __version__, "torch": torch.__version__,
+                  "python": platform.python_version(), "catalog": catalog_mod.load().version},
+    )

@@ -1,0 +1,379 @@
+"""The harness's end of the pipe: start workers, send requests, read validated replies.
+
+Everything a worker sends is untrusted. Replies are read with a deadline while the learner's
+output is drained at the same time (so 300 MB of prints can neither block the worker nor fill our
+memory), every frame is validated by ``wire``, and request ids must match. Any failure (timeout,
+death, garbage) kills the worker with everything it started; the next call gets a fresh one.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from lumen_ex.sandbox.base import Launched, Launcher, WorkerSpec
+
+from lumen_ex.sandbox.inside import wire
+
+OUTPUT_CAP = 8 * 1024
+
+
+class WorkerFailure(Exception):
+    """The worker did not answer properly. ``kind`` is timeout, crash or protocol."""
+
+    kind = "crash"
+
+    def __init__(self, message: str, output: str = ""):
+        super().__init__(message)
+        self.output = output
+
+
+class WorkerTimeout(WorkerFailure):
+    kind = "timeout"
+
+
+class WorkerCrashed(WorkerFailure):
+    kind = "crash"
+
+
+class WorkerProtocolError(WorkerFailure):
+    """The worker sent something that is not a valid reply: charged to the submission (the
+    learner's code shares the worker's process and can write to its reply pipe)."""
+
+    kind = "protocol"
+
+
+def protocol_message(detail: str) -> str:
+    """How a malformed reply is reported on the test it broke."""
+    return f"your code's process sent a malformed reply: {detail}; the grader replaced it"
+
+
+def decode_detail(exc: BaseException) -> str:
+    """What went wrong while decoding a reply, in a few words: the wire's own message, or the
+    type of whatever else a crafted reply made fail."""
+    if isinstance(exc, wire.ProtocolError):
+        return str(exc)[:300]
+    return wire.clean_text(f"{type(exc).__name__} while decoding it: {exc}", 300)
+
+
+class LearnerError(Exception):
+    """The learner's code raised an exception (reported by the worker: a claim, not a verdict)."""
+
+    def __init__(self, error: dict, output: str = ""):
+        """``error``: as checked by ``wire.check_error`` (or built by the harness itself)."""
+        self.type = str(error.get("type", "Exception"))[:100]
+        self.message = str(error.get("message", ""))[:1000]
+        where = error.get("where")
+        self.where = where if isinstance(where, list) else []
+        line = error.get("syntax_line")
+        self.syntax_line = line if type(line) is int else None
+        self.output = output
+        super().__init__(f"{self.type}: {self.message}")
+
+    def location(self) -> str:
+        """'attention.py line 12 in scaled_dot_product_attention' for the innermost learner frame."""
+        for frame in reversed(self.where):
+            if isinstance(frame, dict):
+                return f"{str(frame.get('file'))[:80]} line {frame.get('line')} in {str(frame.get('function'))[:80]}"
+        return ""
+
+
+class ImportFailed(LearnerError):
+    """The learner's module raised while being imported: every test fails the same way."""
+
+
+class OutputBuffer:
+    """Keeps the first ``cap`` bytes of the learner's output and counts the rest."""
+
+    def __init__(self, cap: int = OUTPUT_CAP):
+        self.cap = cap
+        self.data = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = self.cap - len(self.data)
+        self.data += chunk[: max(room, 0)]
+        self.dropped += max(len(chunk) - max(room, 0), 0)
+
+    def take(self) -> str:
+        text = self.data.decode("utf-8", errors="replace")
+        if self.dropped:
+            text += f"\n[... {self.dropped} more bytes of output not shown]"
+        self.data, self.dropped = bytearray(), 0
+        return text
+
+
+@dataclass
+class Reply:
+    header: dict
+    tensors: list[torch.Tensor]
+    output: str = ""
+    elapsed: float = 0.0
+
+
+@dataclass
+class Hello:
+    torch_version: str = ""
+    cuda: bool = False
+    startup_seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+class Worker:
+    """One running sandboxed worker."""
+
+    def __init__(self, launched: Launched):
+        self.launched = launched
+        self.parser = wire.FrameParser()
+        self.output = OutputBuffer()
+        self.next_id = 1
+        self.hello: Hello | None = None
+        self.started = time.monotonic()
+
+    # -- low level ------------------------------------------------------------------------
+
+    def _fail(self, exc_type, message: str) -> WorkerFailure:
+        self._drain_output()
+        self.kill()
+        return exc_type(message, self.output.take())
+
+    def protocol_failure(self, exc: BaseException) -> WorkerProtocolError:
+        """Kill this worker for a reply that failed to decode (``exc``: whatever was raised)."""
+        return self._fail(WorkerProtocolError, protocol_message(decode_detail(exc)))
+
+    def _drain_output(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.launched.output_fd, 1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                return
+            if not chunk:
+                return
+            self.output.add(chunk)
+
+    def _send(self, header: dict, tensors: list[torch.Tensor], deadline: float) -> None:
+        data = memoryview(wire.encode_frame(header, tensors))
+        while data:
+            self._wait(deadline, write=True)
+            try:
+                n = os.write(self.launched.request_fd, data)
+            except BlockingIOError:
+                continue
+            except (BrokenPipeError, OSError):
+                raise self._fail(WorkerCrashed, self._died_message()) from None
+            data = data[n:]
+
+    def _wait(self, deadline: float, write: bool = False) -> None:
+        """Wait until the request pipe is writable (or, when reading, the reply pipe readable),
+        draining learner output meanwhile."""
+        fds_r = [self.launched.output_fd] + ([] if write else [self.launched.reply_fd])
+        fds_w = [self.launched.request_fd] if write else []
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if not write and self.parser.partial:   # part of a frame, then silence
+                    raise self._fail(WorkerProtocolError, protocol_message(
+                        f"a truncated frame ({self.parser.buffered} bytes of it), then nothing until the time limit"))
+                raise self._fail(WorkerTimeout, "")
+            readable, writable, _ = select.select(fds_r, fds_w, [], min(remaining, 0.5))
+            if self.launched.output_fd in readable:
+                self._drain_output()
+            if writable or self.launched.reply_fd in readable:
+                return
+            if not self.launched.alive() and not readable:
+                raise self._fail(WorkerCrashed, self._died_message())
+
+    def _read_frame(self, deadline: float) -> tuple[dict, list[torch.Tensor]]:
+        while True:
+            try:
+                frame = self.parser.next_frame()
+            except Exception as exc:  # noqa: BLE001  any failure to decode is the sender's
+                raise self.protocol_failure(exc) from None
+            if frame is not None:
+                return frame
+            self._wait(deadline)
+            try:
+                chunk = os.read(self.launched.reply_fd, 1 << 20)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                raise self._fail(WorkerCrashed, self._died_message())
+            self.parser.feed(chunk)
+
+    def _died_message(self) -> str:
+        try:
+            self.launched.proc.wait(timeout=2)
+        except Exception:  # noqa: BLE001
+            pass
+        return f"the worker process died ({self.launched.exit_description()})"
+
+    # -- protocol -------------------------------------------------------------------------
+
+    def wait_hello(self, deadline: float) -> Hello:
+        if self.hello is None:
+            try:
+                header, _ = self._read_frame(deadline)
+            except WorkerTimeout as exc:
+                raise WorkerTimeout("the sandbox did not start in time (torch import too slow?)", exc.output) from None
+            try:
+                hello = wire.check_hello(header)
+            except Exception as exc:  # noqa: BLE001
+                raise self.protocol_failure(exc) from None
+            self.hello = Hello(hello["torch"], hello["cuda"], time.monotonic() - self.started)
+            self.output.take()
+        return self.hello
+
+    def request(self, header: dict, tensors: list[torch.Tensor], timeout: float) -> Reply:
+        """Send one request and return its validated reply, or raise a WorkerFailure."""
+        deadline = time.monotonic() + timeout
+        rid = self.next_id
+        self.next_id += 1
+        self._send(dict(header, id=rid), tensors, deadline)
+        try:
+            reply, out = self._read_frame(deadline)
+        except WorkerTimeout as exc:
+            callee = str(header.get("fn") or "")[:80] if header.get("op") == "call" else ""
+            raise WorkerTimeout(f"{callee or 'the call'} did not return within {timeout:g} s", exc.output) from None
+        if type(reply.get("id")) is not int or reply["id"] != rid:
+            raise self._fail(WorkerProtocolError, protocol_message("an answer out of turn (reply id mismatch)"))
+        try:
+            elapsed = wire.check_elapsed(reply)
+        except Exception as exc:  # noqa: BLE001
+            raise self.protocol_failure(exc) from None
+        self._drain_output()
+        return Reply(reply, out, self.output.take(), elapsed)
+
+    def kill(self) -> None:
+        self.launched.kill()
+
+    def alive(self) -> bool:
+        return self.launched.alive()
+
+
+class WorkerPool:
+    """Keeps a worker for one submission ready, restarting it after any failure.
+
+    The first worker may be launched before this module (and torch) is even imported, and handed
+    in as ``first``, so that its torch import overlaps with the harness's own start-up. A module that fails to import fails the same way for every test, so
+    that failure is remembered rather than paid for again.
+    """
+
+    def __init__(self, launcher: Launcher, spec: WorkerSpec, *, module: str, functions: list[str],
+                 first: Launched | None = None,
+                 forbidden: list[str] = (), startup_timeout: float = 60.0, call_timeout: float = 10.0,
+                 run_deadline: float | None = None, source: bytes | None = None):
+        self.launcher, self.spec = launcher, spec
+        # The learner's file as read once when the check began (src/lumen_ex/core/snapshot.py): every worker
+        # imports these bytes, never the file on disk, which may have been saved again since.
+        self.source = source
+        self.module, self.functions, self.forbidden = module, list(functions), list(forbidden)
+        self.startup_timeout, self.call_timeout = startup_timeout, call_timeout
+        self.run_deadline = run_deadline
+        self.worker: Worker | None = None
+        self.loaded = False
+        self.signatures: dict | None = None
+        self.load_failure: Exception | None = None
+        self.hung: dict[str, str] = {}   # learner function -> why it is not called again (see call)
+        self.restarts = 0
+        self.import_output = ""
+        self.enforced: dict[str, str] = {}   # which mechanism held each limit (for the record)
+        self.spawn(first)
+
+    def spawn(self, launched: Launched | Worker | None = None) -> None:
+        if self.worker is None:
+            if isinstance(launched, Worker):   # handed in warm, perhaps with its hello read (watch mode)
+                self.worker = launched
+            else:
+                self.worker = Worker(launched or self.launcher.launch(self.spec))
+            self.enforced = dict(self.worker.launched.limits)
+            self.loaded = False
+
+    def discard(self) -> None:
+        if self.worker is not None:
+            self.worker.kill()
+            self.worker = None
+            self.restarts += 1
+
+    def protocol_failure(self, exc: BaseException, output: str = "") -> WorkerProtocolError:
+        """A reply that came back whole but failed to decode (``exc``: whatever was raised): the
+        worker is replaced (a fresh one starts now) and the error returned, to be raised."""
+        self.discard()
+        self.spawn()
+        return WorkerProtocolError(protocol_message(decode_detail(exc)), output)
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.kill()
+            self.worker = None
+
+    def _timeout(self, limit: float) -> float:
+        if self.run_deadline is None:
+            return limit
+        remaining = self.run_deadline - time.monotonic()
+        if remaining <= 0:
+            raise WorkerTimeout("the run time limit was reached before this test")
+        return min(limit, remaining)
+
+    def ready(self) -> Worker:
+        """A worker with the learner's module imported (or the import failure, raised)."""
+        if self.load_failure is not None:
+            raise self.load_failure.with_traceback(None)   # one exception, raised afresh: its traceback would grow with every test
+        self.spawn()
+        worker = self.worker
+        try:
+            hello_deadline = time.monotonic() + self._timeout(self.startup_timeout)
+            worker.wait_hello(hello_deadline)
+            if not self.loaded:
+                load = {"op": "load", "module": self.module, "path": worker.launched.module_path,
+                        "functions": self.functions, "forbidden": self.forbidden}
+                sent = []
+                if self.source is not None:
+                    load["source"] = "tensor"           # the bytes travel as the frame's one tensor
+                    sent = [torch.frombuffer(bytearray(self.source), dtype=torch.uint8) if self.source
+                            else torch.empty(0, dtype=torch.uint8)]
+                reply = worker.request(load, sent, self._timeout(self.call_timeout))
+                try:
+                    ok = wire.check_ok(reply.header)
+                    checked = (wire.check_functions(reply.header.get("functions"), self.functions) if ok
+                               else wire.check_error(reply.header.get("error")))
+                except Exception as exc:  # noqa: BLE001  a malformed load reply is the submission's
+                    raise worker.protocol_failure(exc) from None
+                if not ok:
+                    self.load_failure = ImportFailed(checked, reply.output)
+                    raise self.load_failure.with_traceback(None)   # one exception, raised afresh: its traceback would grow with every test
+                self.signatures = checked
+                self.import_output = reply.output   # shown with the first test that runs
+                self.loaded = True
+        except WorkerFailure as exc:
+            self.discard()
+            if self.loaded:
+                raise
+            # The import itself hung or crashed: it would do so again for every test.
+            self.load_failure = type(exc)(f"importing your module: {exc}", exc.output)
+            raise self.load_failure.with_traceback(None) from None
+        return worker
+
+    def call(self, header: dict, tensors: list[torch.Tensor], timeout: float | None = None) -> Reply:
+        """One call of a learner function. A function that once did not return within its time
+        limit is not called again in this check: the tests that need it are marked at once, so an
+        infinite loop costs one call's time limit, and the other functions' tests still run."""
+        fn = str(header.get("fn", ""))
+        if fn in self.hung:
+            raise WorkerTimeout(f"not run: {fn} did not return in an earlier test ({self.hung[fn]})")
+        worker = self.ready()
+        limit = self._timeout(timeout or self.call_timeout)
+        try:
+            return worker.request(header, tensors, limit)
+        except WorkerFailure as exc:
+            if isinstance(exc, WorkerTimeout) and fn:
+                self.hung[fn] = f"it ran for over {limit:g} s"
+            self.discard()
+            self.spawn()   # pre-warm the replacement while the harness records this failure
+            raise
+

@@ -1,0 +1,194 @@
+"""The pytest plugin that turns hidden-test outcomes into structured results.
+
+It provides the fixtures hidden suites use (``submission``, ``device``, ``seed``, ``cuda``) and
+records one :class:`TestResult` per test from the harness's own view of what happened: pytest's
+report plus the exception object the test raised. Nothing the worker printed or returned as an
+exit status plays any part in a verdict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+import pytest
+
+from lumen_ex.harness.float32_cause import float32_cause
+from lumen_ex.core.results import CheckFailed, Diagnosis, Status, TestResult, take_notes
+
+from lumen_ex.harness.client import ImportFailed, LearnerError, WorkerFailure
+from lumen_ex.harness.proxy import Submission
+
+STATUS_OF_KIND = {"timeout": Status.TIMEOUT, "crash": Status.ERROR, "protocol": Status.FAIL,
+                  "import": Status.ERROR, "grader": Status.ERROR}
+
+
+class GradingPlugin:
+    def __init__(self, submission: Submission, *, seed: int, device: str):
+        self._submission = submission
+        self._seed = seed
+        self._device = device
+        self.results: dict[str, TestResult] = {}
+        self.order: list[str] = []
+        self.collect_errors: list[str] = []
+
+    # -- fixtures -----------------------------------------------------------------------------
+
+    @pytest.fixture
+    def submission(self) -> Submission:
+        return self._submission
+
+    @pytest.fixture
+    def device(self) -> str:
+        return self._device
+
+    @pytest.fixture
+    def seed(self, request) -> int:
+        """A seed of this test's own: the same for the same run seed, whatever else is run."""
+        digest = hashlib.sha256(f"{self._seed}:{request.node.nodeid}".encode()).digest()
+        return int.from_bytes(digest[:6], "big")
+
+    @pytest.fixture
+    def cuda(self) -> str:
+        """The device for tests that need a GPU; skipped cleanly without one."""
+        if not self._submission.cuda_available:
+            pytest.skip("no CUDA device in the sandbox")
+        return "cuda"
+
+    # -- hooks --------------------------------------------------------------------------------
+
+    def pytest_configure(self, config) -> None:
+        config.addinivalue_line("markers", "group(name): the scoring group of a test (see the catalogue)")
+
+    def pytest_collectreport(self, report) -> None:
+        if report.failed:
+            self.collect_errors.append(str(report.longrepr)[-2000:])
+
+    def pytest_runtest_setup(self, item) -> None:
+        self._submission.outputs.clear()
+        take_notes()   # a note left outside a test belongs to none
+        self._started = time.perf_counter()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        report = outcome.get_result()
+        if call.when == "teardown" and not report.failed:
+            return
+        record = self.results.get(item.nodeid)
+        if record is None:
+            record = TestResult(id=_short_id(item.nodeid), name=_name(item), group=_group(item),
+                                status=Status.PASS)
+            self.results[item.nodeid] = record
+            self.order.append(item.nodeid)
+        if report.skipped:
+            record.status = Status.SKIPPED
+            record.message = _skip_reason(report)
+        elif report.failed:
+            record.status, record.diagnosis = _classify(call.excinfo)
+            with_source_line(record.diagnosis, self._submission)
+            record.message = record.diagnosis.summary
+        notes = take_notes()
+        if notes and record.status is Status.PASS and not record.message:
+            record.message = " ".join(notes)   # a passing test's remark (src/lumen_ex/core/results.py note)
+        record.output = _cap("".join(o for o in self._submission.outputs if o))
+        record.duration = time.perf_counter() - self._started
+
+    def ordered(self) -> list[TestResult]:
+        return [self.results[n] for n in self.order]
+
+
+def graded_lines(submission: Submission) -> list[str]:
+    """The lines of the learner's file as this check graded it: the snapshot the harness read once
+    (src/lumen_ex/core/snapshot.py, held by the worker pool), never the file on disk, which may have changed."""
+    data = getattr(getattr(submission, "_pool", None), "source", None)
+    return data.decode("utf-8", "replace").splitlines() if isinstance(data, bytes) else []
+
+
+def with_source_line(diag: Diagnosis, submission: Submission) -> None:
+    """Show the learner's own line under a diagnosis: for an exception, the line its traceback
+    points to ("attention.py line 12 in f", details["where"]), read from the graded snapshot (the
+    worker only says which line); for a float32 result, the line that made it
+    (src/lumen_ex/harness/float32_cause.py)."""
+    lines = graded_lines(submission)
+    if not lines:
+        return
+    float32_cause(diag, lines, submission.module_file)
+    where = diag.details.get("where")
+    prefix = f"{submission.module_file} line "
+    if diag.kind != "exception" or not isinstance(where, str) or not where.startswith(prefix):
+        return
+    number = where[len(prefix):].split(" ", 1)[0]
+    if number.isdigit() and 1 <= int(number) <= len(lines):
+        diag.details["code"] = lines[int(number) - 1].strip()[:200]
+
+
+def _classify(excinfo) -> tuple[Status, Diagnosis]:
+    exc = excinfo.value if excinfo is not None else None
+    if isinstance(exc, CheckFailed):
+        diag = exc.diagnosis
+    elif isinstance(exc, ImportFailed):
+        diag = import_failure(exc)
+    elif isinstance(exc, LearnerError):
+        diag = _learner_error(exc)
+    elif isinstance(exc, WorkerFailure):
+        diag = Diagnosis(exc.kind, str(exc) or "the worker failed")
+        if exc.kind == "timeout":
+            diag.hint = "Look for a loop that never ends, or work that grows far faster than the input."
+    elif isinstance(exc, AssertionError):
+        diag = Diagnosis("property", (str(exc).strip().splitlines() or ["a check failed"])[0][:300])
+    else:
+        diag = Diagnosis("grader", f"the grader itself failed: {type(exc).__name__}: {exc}"[:500],
+                         hint="This is a bug in lumen-ex, not in your code: please report it.")
+    return STATUS_OF_KIND.get(diag.kind, Status.FAIL), diag
+
+
+def _learner_error(exc: LearnerError) -> Diagnosis:
+    where = exc.location()
+    if exc.syntax_line is not None or exc.type in ("SyntaxError", "IndentationError", "TabError"):
+        return Diagnosis("import", f"your file does not parse: {exc.type}: {exc.message}",
+                         details={"line": exc.syntax_line})
+    if exc.type == "NotImplementedError" and "meta tensor" not in exc.message:   # not torch refusing meta data
+        return Diagnosis("exception", "not implemented yet (the stub still raises NotImplementedError)",
+                         details={"where": where},
+                         hint="Replace the `raise NotImplementedError` with your implementation.")
+    return Diagnosis("exception", f"your code raised {exc.type}: {exc.message}".strip()[:400],
+                     details={"where": where} if where else {})
+
+
+def import_failure(exc: ImportFailed) -> Diagnosis:
+    """How a module that cannot even be imported is reported on every test."""
+    diag = _learner_error(exc)
+    if diag.kind != "import":
+        diag = Diagnosis("import", f"importing your file raised {exc.type}: {exc.message}"[:400],
+                         details=diag.details)
+    return diag
+
+
+def _cap(text: str, limit: int = 8192) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[... output truncated: {len(text) - limit} more characters]"
+
+
+def _short_id(nodeid: str) -> str:
+    return nodeid.rsplit("/", 1)[-1]
+
+
+def _name(item) -> str:
+    doc = getattr(item.function, "__doc__", None) or ""
+    first = doc.strip().splitlines()[0] if doc.strip() else item.name
+    params = getattr(getattr(item, "callspec", None), "id", None)
+    return f"{first} [{params}]" if params else first
+
+
+def _group(item) -> str:
+    marker = item.get_closest_marker("group")
+    return marker.args[0] if marker and marker.args else "default"
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return "skipped"

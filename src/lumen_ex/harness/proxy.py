@@ -1,0 +1,277 @@
+"""What hidden tests hold instead of the learner's module: a proxy whose calls are RPCs.
+
+``submission.causal_mask(4, 6)`` looks like a local call, but the arguments cross the pipe as bytes,
+the learner's code runs in the sandboxed worker, and what comes back is rebuilt here as brand-new
+plain tensors. Each returned tensor carries ``lumen_meta`` (device, Python type, autograd state):
+what the worker *claims* about it, used for feedback such as "your output is on the CPU".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lumen_ex.core.results import CheckFailed, Diagnosis
+
+from lumen_ex.sandbox.inside import wire
+from lumen_ex.harness.client import LearnerError, WorkerPool
+from lumen_ex.harness.source_scan import scan_file
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    pytype: str = "torch.Tensor"
+    device: str = "cpu"
+    requires_grad: bool = False
+    grad_fn: bool = False
+    contiguous: bool = True
+
+
+@dataclass
+class CallResult:
+    value: Any
+    grads: tuple | None = None          # gradients w.r.t. the requested arguments (None = unused)
+    grad_error: str | None = None       # why no gradients could be taken
+    ops: dict | None = None             # the work counter's summary
+    args_after: tuple | None = None     # the arguments as they were after the call
+    forbidden: list[str] = field(default_factory=list)
+    output: str = ""
+    elapsed: float = 0.0
+
+
+def meta(t: torch.Tensor) -> TensorMeta:
+    return getattr(t, "lumen_meta", None) or TensorMeta()
+
+
+def _annotator(devices: frozenset[str]):
+    """``on_tensor`` for wire.unpack: checks a tensor reference's advisory fields (what the worker
+    claims about the tensor) and stores them on the rebuilt tensor as ``lumen_meta``."""
+
+    def annotate(t: torch.Tensor, ref: dict) -> torch.Tensor:
+        t.lumen_meta = tensor_meta(ref, devices)
+        # Checked here, not claimed: a tensor rebuilt on meta arrived without data (wire.py), and
+        # one that arrived with data is no meta tensor, whatever its tag says.
+        if (t.lumen_meta.device == "meta") != t.is_meta:
+            raise wire.ProtocolError("a tensor's device tag says meta but it carried data, or the reverse")
+        return t
+
+    return annotate
+
+
+def tensor_meta(ref: dict, devices: frozenset[str]) -> TensorMeta:
+    """The claims of one tensor reference, each of the right type (else wire.ProtocolError); the
+    device must be one this call's tensors could be on (wire.check_device_tag)."""
+    pytype = ref.get("pytype", "torch.Tensor")
+    flags = {k: ref.get(k, default) for k, default in
+             (("requires_grad", False), ("grad_fn", False), ("contiguous", True))}
+    if type(pytype) is not str or not all(type(v) is bool for v in flags.values()):
+        raise wire.ProtocolError("a tensor's type or autograd flags have the wrong type")
+    device = wire.check_device_tag(ref.get("device", "cpu"), devices)
+    return TensorMeta(pytype=wire.clean_text(pytype, 120), device=device, **flags)
+
+
+class Submission:
+    """The learner's module, as seen by hidden tests."""
+
+    def __init__(self, pool: WorkerPool, device: str, module_file: str):
+        self._pool = pool
+        self.device = device
+        self.module_file = module_file
+        self.outputs: list[str] = []
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: self.call(name, args, kwargs).value
+
+    # -- what tests may ask ----------------------------------------------------------------
+
+    def signature(self, fn: str) -> dict | None:
+        """The worker's description of ``fn`` (None when the module does not define it)."""
+        try:
+            self._pool.ready()
+        except Exception as exc:
+            # A failed import fails every test the same way: show its output once, with the first.
+            if getattr(exc, "output", "") and not getattr(exc, "output_shown", False):
+                self.outputs.append(exc.output)
+                exc.output_shown = True
+            raise
+        if self._pool.import_output:   # what the module printed while being imported
+            self.outputs.append(self._pool.import_output)
+            self._pool.import_output = ""
+        return (self._pool.signatures or {}).get(fn)
+
+    @property
+    def cuda_available(self) -> bool:
+        worker = self._pool.ready()
+        return bool(worker.hello and worker.hello.cuda)
+
+    def call(self, fn: str, args: tuple = (), kwargs: dict | None = None, *, device: str | None = None,
+             noncontiguous: bool = False, grad_wrt: tuple[int, ...] = (), grad_seeds: tuple | None = None,
+             count_ops: bool = False, echo_args: bool = False, timeout: float | None = None) -> CallResult:
+        """Call ``fn(*args, **kwargs)`` in the worker and return everything it sent back, validated.
+
+        device: where the worker puts the tensor arguments (default: the run's device).
+        noncontiguous: pass every tensor argument as a strided, non-contiguous view.
+        grad_wrt / grad_seeds: also return d(outputs . seeds) / d(args[i]) for each i in grad_wrt.
+        count_ops: also return the work counter's summary (elements produced, largest intermediate).
+        echo_args: also return the arguments as they were after the call (in-place changes).
+        """
+        kwargs = kwargs or {}
+        self._require(fn)
+        describe = (lambda t: {"noncontiguous": True}) if noncontiguous else None
+        tensors: list[torch.Tensor] = []
+        header: dict[str, Any] = {
+            "op": "call", "fn": fn, "device": device or self.device,
+            "args": wire.pack(tuple(args), tensors, describe=describe)[0],
+            "kwargs": {k: wire.pack(v, tensors, describe=describe)[0] for k, v in kwargs.items()},
+        }
+        if grad_wrt:
+            header["grad"] = {"wrt": list(grad_wrt),
+                              "seeds": [wire.pack(s, tensors)[0] for s in (grad_seeds or ())]}
+        if count_ops:
+            header["count_ops"] = True
+        if echo_args:
+            header["echo_args"] = True
+        try:
+            reply = self._pool.call(header, tensors, timeout)
+        except Exception as exc:
+            self.outputs.append(getattr(exc, "output", "") or "")
+            raise
+        self.outputs.append(reply.output)
+        devices = frozenset({"cpu", str(header["device"]).split(":")[0]})
+        return self._decode(fn, reply, n_args=len(args), n_grads=len(grad_wrt) if grad_wrt else None,
+                            echo_args=echo_args, count_ops=count_ops, devices=devices)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _forbidden_in_source(self, fn: str) -> list[str]:
+        """The forbidden APIs ``fn`` refers to in the learner's source (src/lumen_ex/harness/source_scan.py): the
+        worker's own record of forbidden calls can be erased by the code it runs, the file cannot."""
+        if not hasattr(self, "_scan"):
+            pool = self._pool
+            forbidden = list(getattr(pool, "forbidden", None) or [])
+            module_dir = getattr(getattr(pool, "spec", None), "module_dir", None)
+            self._scan = (scan_file(Path(module_dir) / self.module_file, forbidden,
+                                    data=getattr(pool, "source", None))
+                          if forbidden and module_dir is not None else None)
+            self._scanned: dict[str, list[str]] = {}
+        if self._scan is None:
+            return []
+        if fn not in self._scanned:
+            self._scanned[fn] = self._scan.reached_from(fn)
+        return self._scanned[fn]
+
+    def _unverifiable_in_source(self, fn: str) -> list[str]:
+        """Why the scan cannot prove that ``fn`` reaches no forbidden API (code it cannot follow, a
+        file over its bounds); empty when it can. Called after _forbidden_in_source."""
+        if getattr(self, "_scan", None) is None:
+            return []
+        return [f.why for f in self._scan.unverifiable(fn)]
+
+    def _require(self, fn: str) -> None:
+        sig = self.signature(fn)
+        if sig is None:
+            raise CheckFailed(Diagnosis(
+                "missing", f"{fn} is not defined in {self.module_file}",
+                expected=f"def {fn}(...)", got="nothing by that name",
+                hint=f"Keep the function name {fn} exactly as the stub has it."))
+        if not sig.get("callable", True):
+            raise CheckFailed(Diagnosis("missing", f"{fn} in {self.module_file} is not a function",
+                                        expected="a function", got="something else"))
+
+    def _decode(self, fn: str, reply, *, n_args: int, n_grads: int | None, echo_args: bool,
+                count_ops: bool, devices: frozenset[str] = frozenset({"cpu"})) -> CallResult:
+        """Rebuild a reply, checking that its structure is what was asked for: a hostile worker must
+        never make a hidden test's own arithmetic fail (that would be blamed on the grader). Any
+        failure to decode it, of whatever type, is a protocol error charged to the submission, and
+        the worker is replaced."""
+        try:
+            result, claimed = self._checked(reply, n_args=n_args, n_grads=n_grads, echo_args=echo_args,
+                                            count_ops=count_ops, devices=devices)
+        except LearnerError:
+            raise
+        except Exception as exc:  # noqa: BLE001  whatever a crafted reply made fail
+            raise self._pool.protocol_failure(exc, reply.output) from None
+        forbidden = claimed + [n for n in self._forbidden_in_source(fn) if n not in claimed]
+        if forbidden:
+            names = [short_api_name(n) for n in forbidden]
+            listed = " and ".join(names) if len(names) <= 2 else ", ".join(names[:-1]) + " and " + names[-1]
+            raise CheckFailed(Diagnosis(
+                "forbidden", f"implement it yourself; calling {listed} is not allowed in this exercise",
+                got=names, details={"function": fn}, misconception="forbidden-api",
+                hint="Write it with matrix products (@ or torch.matmul) and torch.softmax, as the README shows."))
+        unverified = self._unverifiable_in_source(fn)
+        if unverified:
+            raise CheckFailed(Diagnosis(
+                "forbidden", f"cannot be verified: your {self.module_file} {unverified[0]}"[:400],
+                got=unverified[:5], details={"function": fn}, misconception="unverifiable-source",
+                hint="The grader proves from your source that no library attention is used, so it accepts only "
+                     "code it can follow: write attributes and imports out (import torch, F.softmax), in one file."))
+        return result
+
+    @staticmethod
+    def _checked(reply, *, n_args: int, n_grads: int | None, echo_args: bool, count_ops: bool,
+                 devices: frozenset[str]) -> tuple[CallResult, list[str]]:
+        """The reply as a CallResult and the forbidden APIs the worker claims were called, or
+        wire.ProtocolError (LearnerError when the worker reports that the learner's code raised)."""
+        h, tensors = reply.header, reply.tensors
+        if not wire.check_ok(h):
+            raise LearnerError(wire.check_error(h.get("error")), reply.output)
+        value = wire.unpack(h.get("result"), tensors, on_tensor=_annotator(devices), devices=devices)
+        result = CallResult(value, output=reply.output, elapsed=reply.elapsed)
+        _decode_grads(result, h.get("grads"), tensors, n_grads, devices)
+        if count_ops:
+            result.ops = _checked_ops(h.get("ops"))
+        if echo_args:
+            result.args_after = wire.unpack(h.get("args_after"), tensors, devices=devices)
+            _require(isinstance(result.args_after, tuple) and len(result.args_after) == n_args,
+                     "the arguments were not echoed back one for one")
+        claimed = h.get("forbidden", [])
+        _require(isinstance(claimed, list) and len(claimed) <= wire.MAX_TENSORS
+                 and all(type(n) is str for n in claimed), "the list of forbidden calls is malformed")
+        return result, [wire.clean_text(n, 100) for n in claimed]
+
+
+def _decode_grads(result: CallResult, grads, tensors, n_grads: int | None, devices) -> None:
+    """The gradients of a reply (or why there are none) onto ``result``."""
+    if grads is None:
+        _require(n_grads is None, "gradients were asked for and not sent")
+        return
+    _require(isinstance(grads, dict) and n_grads is not None, "gradients are malformed or were not asked for")
+    if "error" in grads:
+        _require(type(grads["error"]) is str, "the gradient error is not a string")
+        result.grad_error = wire.clean_text(grads["error"], 300)
+        return
+    result.grads = wire.unpack(grads.get("grads"), tensors, devices=devices)
+    _require(isinstance(result.grads, tuple) and len(result.grads) == n_grads
+             and all(g is None or isinstance(g, torch.Tensor) for g in result.grads),
+             "gradients are not one tensor (or None) per requested input")
+
+
+def _checked_ops(ops) -> dict:
+    """The work counter's summary: counts as non-negative ints, the largest op's name and shape."""
+    _require(isinstance(ops, dict) and all(type(ops.get(k)) is int and ops[k] >= 0
+                                           for k in ("total_elements", "ops", "largest")),
+             "the work counter's summary is missing or malformed")
+    shape = ops.get("largest_shape", [])
+    _require(type(ops.get("largest_op", "")) is str and isinstance(shape, list) and len(shape) <= wire.MAX_DIMS
+             and all(type(d) is int and d >= 0 for d in shape), "the work counter's summary is malformed")
+    return {"total_elements": ops["total_elements"], "ops": ops["ops"], "largest": ops["largest"],
+            "largest_op": wire.clean_text(ops.get("largest_op", ""), 100), "largest_shape": list(shape)}
+
+
+def _require(ok: bool, what: str) -> None:
+    if not ok:
+        raise wire.ProtocolError(what)
+
+
+def short_api_name(dotted: str) -> str:
+    """How feedback names an API: F. for torch.nn.functional, nn. for torch.nn."""
+    for prefix, short in (("torch.nn.functional.", "F."), ("torch.nn.", "nn.")):
+        if dotted.startswith(prefix):
+            return short + dotted[len(prefix):]
+    return dotted

@@ -1,0 +1,83 @@
+"""Run one hidden suite with pytest, in this (trusted) process, against a worker pool.
+
+pytest is configured so that nothing outside lumen-ex can change how it runs: no plugin
+autoloading, no cache, no conftest files, no ini file but ours, and no terminal output. The
+learner's files are never on pytest's path: their code exists only in the worker.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from lumen_ex.core.results import Diagnosis, Status, TestResult
+
+from lumen_ex.harness.plugin import GradingPlugin
+from lumen_ex.harness.proxy import Submission
+
+
+def suite_dir(suite: str) -> Path:
+    """The folder of a hidden suite: lumen_ex/graders/<suite> (found, not imported: the harness
+    sits below the suites it runs, docs/architecture.md)."""
+    return Path(__file__).resolve().parents[1] / "graders" / suite
+
+
+# pytest's own plugins that no hidden suite needs and that cost time on every run (the logging
+# plugin alone is a third of a warm run): ``lean`` runs (lumen-ex watch) leave them out. Fixture
+# providers a suite might use (tmp_path, monkeypatch, recwarn, capsys) stay; nothing here changes
+# a verdict (unraisable/thread exceptions only ever become warnings, which are not recorded).
+LEAN_DISABLED = ("logging", "junitxml", "pastebin", "doctest", "legacypath", "setuponly", "setupplan",
+                 "unittest", "debugging", "faulthandler", "unraisableexception", "threadexception",
+                 "subtests")
+
+
+def run_suite(suite: str, submission: Submission, *, seed: int, device: str,
+              select: str | None = None, lean: bool = False,
+              plugins: tuple = ()) -> tuple[list[TestResult], list[str]]:
+    """Run the suite; return its results in file order and any collection errors.
+
+    ``lean``: leave out the pytest plugins in LEAN_DISABLED (same verdicts, less time per run).
+    ``plugins``: more plugin objects for this session (lumen-ex watch uses one that holds the
+    session at its run loop, collected in advance, until the learner's next save).
+    """
+    plugin = GradingPlugin(submission, seed=seed, device=device)
+    here = suite_dir(suite)
+    args = [
+        str(here),
+        "-c", str(here.parent / "pytest.ini"),
+        "--rootdir", str(here.parent),
+        "-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:stepwise",
+        "--noconftest", "--import-mode=importlib",
+    ]
+    if select:
+        args += ["-k", select]
+    if lean:
+        args += [arg for name in LEAN_DISABLED for arg in ("-p", f"no:{name}")]
+    # No plugin autoloading, and nothing from the environment that adds options or plugins.
+    forced = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": None, "PYTEST_PLUGINS": None}
+    saved = {name: os.environ.get(name) for name in forced}
+    for name, value in forced.items():
+        _set_env(name, value)
+    try:
+        pytest.main(args, plugins=[plugin, *plugins])
+    finally:
+        for name, value in saved.items():
+            _set_env(name, value)
+    results = plugin.ordered()
+    if not results and not plugin.collect_errors:
+        plugin.collect_errors.append(f"no tests were collected from {here}")
+    return results, plugin.collect_errors
+
+
+def _set_env(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+def grader_error(message: str) -> TestResult:
+    return TestResult(id="grader", name="the grader ran", group="grader", status=Status.ERROR,
+                      message=message, diagnosis=Diagnosis("grader", message))

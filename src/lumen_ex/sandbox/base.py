@@ -1,0 +1,219 @@
+"""The interface every worker sandbox implements, and the process plumbing they share.
+
+A *launcher* starts one untrusted worker (``src/lumen_ex/sandbox/inside/worker.py``) for one submission and hands the
+harness three pipe ends: requests in, replies out, and the learner's stdout+stderr. Launchers
+differ only in how they wrap the worker's command line (bubblewrap, a container user, or nothing
+at all); the protocol, the limits and the verdicts are the same whichever one ran.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from lumen_ex.core.limits import Limits
+from lumen_ex.sandbox.cgroups import Enforcement
+
+# The files of lumen_ex/sandbox/inside a worker runs from (the folder is bound whole, read-only).
+WORKER_FILES = ("worker.py", "wire.py")
+# The environment a worker sees: nothing from the host, one thread, a private home.
+WORKER_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",
+    "LANG": "C.UTF-8",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "PYTHONHASHSEED": "0",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+def inside_dir() -> Path:
+    """The folder of the files a sandbox sees (worker.py, wire.py): lumen_ex/sandbox/inside."""
+    return Path(__file__).resolve().parent / "inside"
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What to run: one learner module from one workspace, on one device, within limits."""
+
+    workspace: Path        # mounted read-only; the learner's files
+    module_dir: Path       # the folder holding the learner's module, inside ``workspace``
+    device: str = "cpu"    # "cpu" or "cuda"
+    limits: Limits = field(default_factory=Limits)
+
+
+@dataclass
+class Command:
+    argv: list[str]
+    module_path: str                 # the learner's module folder as the worker sees it
+    cwd: str = "/"
+    cleanup: Callable[[], None] | None = None
+
+
+@dataclass
+class Availability:
+    ok: bool
+    reason: str = ""
+    install: str = ""      # the one command that makes it available
+
+
+class Launched:
+    """A running sandboxed worker as the harness sees it: three fds and a way to kill it."""
+
+    def __init__(self, proc: subprocess.Popen, request_fd: int, reply_fd: int, output_fd: int,
+                 enforcement: Enforcement, module_path: str, extra_kill=None):
+        self.proc = proc
+        self.request_fd, self.reply_fd, self.output_fd = request_fd, reply_fd, output_fd
+        self.enforcement = enforcement
+        self.module_path = module_path     # the module folder as the worker sees it
+        self._extra_kill = extra_kill
+        self._closed = False
+        self.limits: dict[str, str] = {}   # which mechanism holds each limit, for the record
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def exit_description(self) -> str:
+        """'exit code 0', 'killed by SIGKILL (out of memory: limit 2048 MiB)', ..."""
+        code = self.proc.poll()
+        if code is None:
+            return "still running"
+        oom = self.enforcement.out_of_memory()
+        if code < 0 or code > 128:
+            signum = -code if code < 0 else code - 128
+            try:
+                name = signal.Signals(signum).name
+            except ValueError:
+                name = f"signal {signum}"
+            text = f"killed by {name}"
+            if signum == signal.SIGXCPU:
+                text += f" (CPU time limit: {self.enforcement.limits.cpu_seconds} s)"
+        else:
+            text = f"exit code {code}"
+        if oom:
+            text += f" (out of memory: limit {self.enforcement.limits.memory_mb} MiB)"
+        return text
+
+    def kill(self) -> None:
+        """Kill the worker and everything it started; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self._extra_kill is not None:
+            self._extra_kill()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self.enforcement.cleanup()
+        for fd in (self.request_fd, self.reply_fd, self.output_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class Launcher(ABC):
+    """One way of starting a worker. Subclasses wrap the command; the plumbing is shared."""
+
+    name: str = ""
+    isolated: bool = False
+
+    @classmethod
+    @abstractmethod
+    def availability(cls) -> Availability: ...
+
+    @abstractmethod
+    def command(self, spec: WorkerSpec, fds: tuple[int, int]) -> Command:
+        """How to start the worker for ``spec`` with the given request and reply fds."""
+
+    def note(self) -> str:
+        return ""
+
+    def scratch(self, spec: WorkerSpec) -> dict[str, str]:
+        """Where the worker may write, for the result record's limits."""
+        return {"tmp": "none: a throwaway folder on the host's disk"}
+
+    def enforcement(self, spec: WorkerSpec) -> Enforcement:
+        """How this launcher's workers are held to ``spec.limits`` (a cgroup when possible, rlimits)."""
+        return Enforcement.prepare(spec.limits, cuda=spec.device == "cuda")
+
+    def launch(self, spec: WorkerSpec) -> Launched:
+        enforcement = self.enforcement(spec)
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        out_r, out_w = os.pipe()
+        cmd = None
+        try:
+            cmd = self.command(spec, (req_r, rep_w))
+            proc = subprocess.Popen(
+                cmd.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=out_w,
+                pass_fds=(req_r, rep_w),
+                close_fds=True,
+                start_new_session=True,
+                env=dict(WORKER_ENV),
+                cwd=cmd.cwd,
+                preexec_fn=enforcement.preexec,
+            )
+        except BaseException:
+            enforcement.cleanup()
+            if cmd is not None and cmd.cleanup is not None:
+                cmd.cleanup()
+            for fd in (req_r, req_w, rep_r, rep_w, out_r, out_w):
+                os.close(fd)
+            raise
+        for fd in (req_r, rep_w, out_w):
+            os.close(fd)
+        for fd in (req_w, rep_r, out_r):
+            os.set_blocking(fd, False)
+        launched = Launched(proc, req_w, rep_r, out_r, enforcement, cmd.module_path, cmd.cleanup)
+        launched.limits = {**enforcement.describe(), **self.scratch(spec)}
+        return launched
+
+
+def worker_argv(python: str, worker_dir: str, fds: tuple[int, int], extra_sites: list[str]) -> list[str]:
+    # -I: no user site, no PYTHON* variables, no script folder on sys.path; -B: no .pyc files;
+    # -u: unbuffered, so prints reach the output pipe in the order they were made.
+    return [python, "-I", "-B", "-u", f"{worker_dir}/worker.py", "fds", str(fds[0]), str(fds[1]), *extra_sites]
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The interpreter that runs workers and the folders it needs to start and import torch."""
+
+    python: str
+    mounts: tuple[Path, ...]         # folders to make visible (read-only) inside a sandbox
+    extra_sites: tuple[str, ...]     # site folders ``python -I`` would not search by itself
+
+
+def python_runtime() -> Runtime:
+    """Find torch without importing it (the harness must not pay for that before launching)."""
+    import importlib.util
+    import site
+
+    dirs = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}
+    extra = []
+    for name in ("torch", "numpy"):
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            continue
+        site_dir = Path(spec.origin).resolve().parent.parent
+        if not any(site_dir.is_relative_to(d) for d in dirs):
+            dirs.add(site_dir)
+        if str(site_dir) not in {str(Path(p).resolve()) for p in site.getsitepackages()}:
+            extra.append(str(site_dir))
+    return Runtime(sys.executable, tuple(sorted(dirs)), tuple(dict.fromkeys(extra)))

@@ -1,0 +1,210 @@
+"""The bubblewrap sandbox: the worker in fresh namespaces, seeing only what it needs, read-only.
+
+What the worker gets: no network (its own empty network namespace), its own pid namespace, an
+unprivileged uid with no capabilities and no_new_privs, a clean environment, the Python runtime and
+the learner's workspace read-only, a small private /tmp, and none of the harness's descriptors.
+The lumen-ex package itself (hidden suites, reference) is masked with an empty tmpfs wherever it
+lies inside a mounted folder. Resource limits come from src/lumen_ex/sandbox/cgroups.py: bwrap sets none.
+See shared/docs/sandbox.md for the pitfalls these flags avoid (root keeps capabilities without a
+user namespace; inherited fds leak in; mount order matters).
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from lumen_ex.sandbox.base import (
+    WORKER_ENV,
+    Availability,
+    Command,
+    Launcher,
+    WorkerSpec,
+    inside_dir,
+    python_runtime,
+    worker_argv,
+)
+
+SANDBOX_UID = 65534
+INSTALL = "sudo apt-get install -y bubblewrap   (Fedora: sudo dnf install bubblewrap)"
+
+
+class BwrapLauncher(Launcher):
+    name = "bwrap"
+    isolated = True
+
+    @classmethod
+    def availability(cls) -> Availability:
+        return _probe()
+
+    def scratch(self, spec: WorkerSpec) -> dict[str, str]:
+        return {"tmp": f"private tmpfs ({spec.limits.tmp_mb} MiB); everything else read-only"}
+
+    def command(self, spec: WorkerSpec, fds: tuple[int, int]) -> Command:
+        runtime = python_runtime()
+        binds = _Binds(staged=os.geteuid() == 0)
+        try:
+            args = self._bwrap_args(spec, fds, runtime, binds)
+        except BaseException:
+            binds.cleanup()
+            raise
+        module_path = "/workspace/" + str(spec.module_dir.resolve().relative_to(spec.workspace.resolve()))
+        return Command(binds.wrap(args), module_path.rstrip("/."), cleanup=binds.cleanup)
+
+    def _bwrap_args(self, spec: WorkerSpec, fds: tuple[int, int], runtime, binds: _Binds) -> list[str]:
+        args = [
+            "bwrap",
+            "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+            "--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--hostname", "lumen-sandbox", "--clearenv",
+        ]
+        for key, value in WORKER_ENV.items():
+            args += ["--setenv", key, value]
+        args += ["--ro-bind", "/usr", "/usr"]
+        for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+            if os.path.islink(top):
+                args += ["--symlink", os.readlink(top), top]
+            elif os.path.isdir(top):
+                args += ["--ro-bind", top, top]
+        args += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        # Kernel settings are read-only even where the worker's uid could write them (second line:
+        # the worker is never host root, see _Binds).
+        args += ["--ro-bind", "/proc/sys", "/proc/sys"]
+        # /tmp before the runtime: a tmpfs mounted later would hide a runtime that lives under /tmp.
+        args += ["--size", str(spec.limits.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
+        for d in runtime.mounts:
+            if not Path(d).is_relative_to("/usr"):
+                args += ["--ro-bind", binds.source(d), str(d)]
+        for hidden in _grader_dirs(runtime.mounts):
+            args += ["--tmpfs", hidden]
+        for hook in _editable_hooks(runtime.mounts):
+            args += ["--ro-bind", "/dev/null", hook]   # an editable install's finder names our paths
+        if spec.device == "cuda":
+            args += _cuda_args()
+        args += ["--ro-bind", binds.source(inside_dir()), "/lumen"]   # the worker and wire files alone
+        args += ["--ro-bind", binds.source(spec.workspace.resolve()), "/workspace"]
+        args += ["--remount-ro", "/", "--chdir", "/tmp", "--"]   # else bwrap's root tmpfs (/, /etc, ...) is writable
+        args += worker_argv(runtime.python, "/lumen", fds, list(runtime.extra_sites))
+        return args
+
+
+class _Binds:
+    """Start bwrap as an unprivileged host user when we are root, with its mounts staged.
+
+    bwrap started by root maps the sandbox's uid to host uid 0 (its user namespace maps the
+    sandbox uid onto the uid that started it), so root-owned files that are owner-writable, such
+    as kernel settings under /proc/sys, would stay writable from learner code. So as root we start
+    bwrap as ``SANDBOX_UID`` (nobody): its sandbox uid is then host uid 65534 too. That user may
+    not be able to reach the folders bwrap must mount (a runtime under /root, a workspace under a
+    0700 folder), so each source is first bind-mounted, as root, onto an empty folder of a private
+    stage (made with mkdtemp, 0755) inside a mount namespace of the launch alone (``unshare
+    --mount``): the host never sees those mounts, and they vanish with the worker. Then ``setpriv``
+    drops to the unprivileged uid (no groups, no capabilities) and execs bwrap, in the same process.
+
+    Workers of different students share that uid, but each has its own pid, IPC, network and mount
+    namespaces and a private /tmp, so none can see, signal or reach another's processes or files.
+    """
+
+    MOUNT_SCRIPT = 'while [ "$1" != "--" ]; do mount --bind "$1" "$2"; shift 2; done; shift; exec "$@"'
+
+    def __init__(self, staged: bool):
+        self.staged = staged
+        self.pairs: list[tuple[str, str]] = []
+        # the pid in the name lets the next run remove a stage left by a kill -9 (src/lumen_ex/classroom/leftovers.py)
+        self.stage = tempfile.mkdtemp(prefix=f"lumen-ex-stage-{os.getpid()}-") if staged else ""
+        if staged:
+            os.chmod(self.stage, 0o755)
+
+    def source(self, path) -> str:
+        """The path bwrap binds for ``path``: itself, or its staged copy (a bind mount) as root."""
+        path = str(path)
+        if not self.staged:
+            return path
+        target = os.path.join(self.stage, str(len(self.pairs)))
+        if os.path.isdir(path):
+            os.mkdir(target, 0o755)
+        else:
+            with open(target, "x"):
+                pass
+        self.pairs.append((path, target))
+        return target
+
+    def wrap(self, bwrap_args: list[str]) -> list[str]:
+        if not self.staged:
+            return bwrap_args
+        mounts = [p for pair in self.pairs for p in pair]
+        return ["unshare", "--mount", "--propagation", "private", "--",
+                "sh", "-ec", self.MOUNT_SCRIPT, "sh", *mounts, "--",
+                "setpriv", "--reuid", str(SANDBOX_UID), "--regid", str(SANDBOX_UID), "--clear-groups",
+                "--inh-caps=-all", "--", *bwrap_args]
+
+    def cleanup(self) -> None:
+        """Remove the (empty, on the host) stage; idempotent."""
+        if self.stage:
+            shutil.rmtree(self.stage, ignore_errors=True)
+            self.stage = ""
+
+
+def _grader_dirs(mounts) -> list[str]:
+    """The installed lumen-ex package's folder (hidden suites, reference, harness), when a mount
+    would expose it: it is masked whole. One folder: the package is one tree (a src layout), so no
+    list of subpackages can forget one."""
+    package = str(package_dir())
+    return [package] if any(Path(package).is_relative_to(m) for m in mounts) else []
+
+
+def _editable_hooks(mounts) -> list[str]:
+    """The .pth and finder files an editable install of lumen-ex leaves in site-packages."""
+    import site
+
+    hooks = []
+    for folder in {*site.getsitepackages()}:
+        if any(Path(folder).resolve().is_relative_to(m) for m in mounts):
+            hooks += [str(p) for p in sorted(Path(folder).glob("__editable__*lumen_ex*"))]
+    return hooks
+
+
+def package_dir() -> Path:
+    """The folder of the lumen_ex package this process imports (src/lumen_ex in a checkout)."""
+    return Path(__file__).resolve().parents[1]
+
+
+def _cuda_args() -> list[str]:
+    """GPU passthrough: device nodes need --dev-bind, and cuInit needs /sys (sandbox.md 3.6)."""
+    args = []
+    for node in sorted(glob.glob("/dev/nvidia*")):
+        if not os.path.isdir(node):
+            args += ["--dev-bind", node, node]
+    args += ["--ro-bind", "/sys", "/sys"]
+    return args
+
+
+@functools.lru_cache(maxsize=1)
+def _probe() -> Availability:
+    if shutil.which("bwrap") is None:
+        return Availability(False, "bubblewrap (bwrap) is not installed", INSTALL)
+    if os.geteuid() == 0 and not all(shutil.which(t) for t in ("unshare", "setpriv", "mount")):
+        return Availability(False, "as root, the bwrap sandbox needs unshare, setpriv and mount (util-linux)",
+                            "sudo apt-get install -y util-linux mount")
+    try:
+        binds = _Binds(staged=os.geteuid() == 0)   # the same way real workers start
+        try:
+            subprocess.run(
+                binds.wrap(["bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID),
+                            "--disable-userns", "--cap-drop", "ALL", "--ro-bind", "/", "/", "--", "true"]),
+                check=True, capture_output=True, timeout=20,
+            )
+        finally:
+            binds.cleanup()
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+        detail = getattr(exc, "stderr", b"") or b""
+        reason = detail.decode(errors="replace").strip().splitlines()[-1:] or [str(exc)]
+        return Availability(False, f"bwrap cannot create a sandbox here: {reason[0]}",
+                            "enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1)")
+    return Availability(True)

@@ -1,0 +1,362 @@
+"""The untrusted side of the pipe: imports the learner's module and answers calls.
+
+Runs inside the sandbox as ``python -I -B worker.py fds REQ_FD REP_FD`` (requests and replies on two
+inherited pipe ends) or ``python -I -B worker.py stdio`` (requests on stdin, replies on stdout).
+Only this file and ``wire.py`` are visible to it: no hidden test, reference or result ever enters
+this process. The learner's code shares the process with this shim and can tamper with anything
+here, so the harness treats every reply as a claim and checks the values itself.
+
+Protocol, after the worker says hello:
+
+    {"id": 1, "op": "load", "module": "attention", "path": "/workspace/01-attention",
+     "functions": ["scaled_dot_product_attention"], "forbidden": ["torch.nn.MultiheadAttention"]}
+    {"id": 2, "op": "call", "fn": "causal_mask", "args": [...], "kwargs": {...}, "device": "cpu",
+     "grad": {"wrt": [0, 1], "seeds": [...]}, "count_ops": false, "echo_args": false}
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+wire = torch = None  # imported in main(), once the extra site folders are on sys.path
+
+LEARNER_DIRS: list[str] = []
+FORBIDDEN_CALLS: list[str] = []
+FORBIDDEN_NAMES: dict[str, str] = {}   # function __name__ -> the dotted forbidden API it belongs to
+_INSIDE_FORBIDDEN = [0]                # > 0 while a forbidden API runs: its own inner calls are not the learner's
+
+
+def main(argv: list[str]) -> int:
+    if argv[1:2] == ["fds"]:
+        req_fd, rep_fd, extra_sites = int(argv[2]), int(argv[3]), argv[4:]
+    else:  # stdio: keep the real stdin/stdout for frames, send learner prints to stderr
+        req_fd, rep_fd, extra_sites = os.dup(0), os.dup(1), argv[2:]
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(2, 1)
+    sys.path.extend(extra_sites)
+    global wire, torch
+    sys.path.insert(0, HERE)
+    import wire  # the sibling file, bound next to this one in the sandbox
+
+    sys.path.remove(HERE)
+    import torch
+    send(rep_fd, {"hello": True, "protocol": wire.PROTOCOL_VERSION, "pid": os.getpid(),
+                  "torch": torch.__version__, "cuda": torch.cuda.is_available()})
+    parser = wire.FrameParser()
+    module = None
+    while True:
+        try:
+            header, tensors = wire.read_frame_blocking(req_fd, parser)
+        except EOFError:
+            return 0
+        rid, op = header.get("id"), header.get("op")
+        started = time.perf_counter()
+        try:
+            if op == "load":
+                module, reply, out = load(header, tensors), {"ok": True}, []
+                reply["functions"] = describe_functions(module, header.get("functions", []))
+            elif op == "call":
+                if module is None:
+                    raise RuntimeError("no module loaded")
+                reply, out = call(module, header, tensors)
+            else:
+                raise RuntimeError(f"unknown op {op!r}")
+        except BaseException as exc:  # noqa: BLE001  SystemExit and KeyboardInterrupt included
+            reply, out = {"ok": False, "error": describe_exception(exc)}, []
+        reply["id"] = rid
+        reply["elapsed"] = time.perf_counter() - started
+        flush_learner_streams()
+        try:
+            with torch._C.DisableTorchFunctionSubclass():
+                frame = wire.encode_frame(reply, out)
+        except Exception as exc:  # noqa: BLE001  a returned object that cannot be sent
+            frame = wire.encode_frame({"id": rid, "ok": False, "error": describe_exception(exc)})
+        wire.write_all(rep_fd, frame)
+
+
+def send(fd: int, header: dict, tensors: list = ()) -> None:
+    wire.write_all(fd, wire.encode_frame(header, list(tensors)))
+
+
+def load(header: dict, tensors: list = ()):
+    path, name = str(header["path"]), str(header["module"])
+    source = None
+    if header.get("source") == "tensor" and tensors:   # the harness's snapshot of the file
+        source = tensors[0].numpy().tobytes()
+    LEARNER_DIRS.append(os.path.realpath(path))
+    # After site-packages, so that a learner's own torch.py cannot shadow the real one.
+    sys.path.append(path)
+    for dotted in header.get("forbidden", []):
+        watch_forbidden(str(dotted))
+    return import_exact(name, os.path.join(path, name + ".py"), source)
+
+
+def import_exact(name: str, file: str, source: bytes | None = None):
+    """Import the learner's module from exactly ``source``, the bytes the harness read once when
+    the check began and scanned for forbidden APIs (src/lumen_ex/core/snapshot.py, src/lumen_ex/harness/source_scan.py),
+    named ``file`` in tracebacks; from ``file`` itself only when no bytes were sent. Not through the
+    import system: a package folder, an extension module or a compiled .pyc of the same name would
+    stand in for it unseen."""
+    import types
+
+    if source is None:
+        with open(file, "rb") as f:
+            source = f.read()
+    module = types.ModuleType(name)
+    module.__file__ = file
+    sys.modules[name] = module
+    try:
+        exec(compile(source, file, "exec", dont_inherit=True), module.__dict__)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def describe_functions(module, names: list) -> dict:
+    found = {}
+    for name in names:
+        fn = getattr(module, str(name), None)
+        if fn is None:
+            found[name] = None
+            continue
+        entry = {"callable": callable(fn), "params": []}
+        try:
+            for p in inspect.signature(fn).parameters.values():
+                entry["params"].append({"name": p.name, "kind": p.kind.name,
+                                        "default": None if p.default is p.empty else repr(p.default)[:80]})
+        except (TypeError, ValueError):
+            entry["params"] = None
+        found[name] = entry
+    return found
+
+
+def call(module, header: dict, tensors: list):
+    fn = getattr(module, str(header.get("fn")), None)
+    if fn is None:
+        raise AttributeError(f"{module.__name__} has no function {header.get('fn')!r}")
+    device = torch.device(str(header.get("device", "cpu")))
+    placed = [t.to(device) for t in tensors]
+
+    def place(t, ref):
+        if ref.get("noncontiguous") and t.numel() > 1:
+            # Same values, stored with the axes in reverse order (like a tensor after a transpose or
+            # a head split): no two axes can be merged, so any .view() that reshapes fails, as it
+            # would on real strided activations. A 1-D tensor gets a stride of 2 instead.
+            if t.dim() >= 2:
+                order = list(range(t.dim()))[::-1]
+                t = t.permute(order).contiguous().permute(order)
+            else:
+                t = torch.stack([t, t], dim=-1)[..., 0]
+        return t
+
+    args = list(wire.unpack(header.get("args", {"$list": []}), placed, on_tensor=place))
+    kwargs = {str(k): wire.unpack(v, placed, on_tensor=place)
+              for k, v in dict(header.get("kwargs", {})).items()}
+    grad = header.get("grad")
+    if grad:
+        for i in grad["wrt"]:
+            args[i] = args[i].detach().requires_grad_(True)
+
+    counter = WorkCounter() if header.get("count_ops") else None
+    del FORBIDDEN_CALLS[:]
+    _INSIDE_FORBIDDEN[0] = 0
+    with forbidden_watch():
+        if counter is not None:
+            with counter:
+                result = fn(*args, **kwargs)
+        else:
+            result = fn(*args, **kwargs)
+
+    out: list = []
+    with torch._C.DisableTorchFunctionSubclass():
+        reply = {"ok": True, "result": wire.pack(result, out, describe=describe_tensor)[0]}
+    if FORBIDDEN_CALLS:
+        reply["forbidden"] = list(dict.fromkeys(FORBIDDEN_CALLS))   # in the order they were first called
+    if counter is not None:
+        reply["ops"] = counter.summary()
+    if grad:
+        reply["grads"] = gradients(result, [args[i] for i in grad["wrt"]], grad.get("seeds", []), placed, out)
+    if header.get("echo_args"):
+        reply["args_after"] = wire.pack(tuple(args), out)[0]
+    return reply, out
+
+
+def gradients(result, inputs: list, seeds: list, placed: list, out: list):
+    """Gradients of the returned tensors with respect to ``inputs``, for given upstream seeds."""
+    items = list(result) if isinstance(result, (tuple, list)) else [result]
+    loss = 0
+    for item, seed in zip(items, seeds):
+        if seed is None:
+            continue
+        if not isinstance(item, torch.Tensor) or not item.requires_grad:
+            return {"error": "an output is not connected to the inputs (it does not require grad)"}
+        # sum(out * seed) has the vector-Jacobian product as its gradient; a scalar loss also keeps
+        # autograd from importing sympy to check grad_outputs shapes (0.4 s on first use).
+        loss = loss + (item * wire.unpack(seed, placed).to(item.dtype)).sum()
+    grads = torch.autograd.grad(loss, inputs, allow_unused=True)
+    return {"grads": wire.pack(tuple(grads), out)[0]}
+
+
+def describe_tensor(t) -> dict:
+    cls = type(t)
+    return {"pytype": f"{cls.__module__}.{cls.__qualname__}", "device": str(t.device),
+            "requires_grad": bool(t.requires_grad), "grad_fn": t.grad_fn is not None,
+            "contiguous": bool(t.is_contiguous())}
+
+
+def describe_exception(exc: BaseException) -> dict:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if any(os.path.realpath(f.filename).startswith(d) for d in LEARNER_DIRS)]
+    where = [{"file": os.path.basename(f.filename), "line": f.lineno, "function": f.name,
+              "code": (f.line or "")[:200]} for f in frames[-5:]]
+    line = getattr(exc, "lineno", None) if isinstance(exc, SyntaxError) else None
+    return {"type": type(exc).__name__, "message": str(exc)[:1000], "where": where,
+            "syntax_line": line}
+
+
+def flush_learner_streams() -> None:
+    for stream in {sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__}:
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001  a learner may have replaced or closed them
+            pass
+
+
+def watch_forbidden(dotted: str) -> None:
+    """Record calls to a forbidden API (feedback only: this process is the learner's).
+
+    Three layers, so that an alias is caught too: the attribute is replaced by a recording wrapper
+    (before the learner's module is imported, so ``from torch.nn.functional import
+    scaled_dot_product_attention as f`` binds the wrapper); a class gets recording ``__init__`` and
+    ``forward`` (an instance built at import time is caught when it runs); and during each call a
+    torch-function mode records a forbidden function reached any other way (``torch._C._nn``,
+    ``torch.ops.aten``, a reference saved before the wrapper existed). Only the outermost forbidden
+    call is recorded: nn.MultiheadAttention calls F.multi_head_attention_forward, which is not the
+    learner's doing.
+    """
+    owner_path, _, attr = dotted.rpartition(".")
+    try:
+        owner = importlib.import_module(owner_path)
+    except ImportError:
+        owner = _resolve(owner_path)
+    target = getattr(owner, attr, None)
+    if target is None:
+        return
+    if isinstance(target, type):
+        for method in ("__init__", "forward"):
+            original = getattr(target, method, None)
+            if original is not None:
+                setattr(target, method, _recording(original, dotted))
+        return
+    FORBIDDEN_NAMES[getattr(target, "__name__", attr)] = dotted
+    if attr == "scaled_dot_product_attention":   # its kernels, called directly through torch.ops.aten
+        for kernel in wire.SDPA_KERNELS:
+            FORBIDDEN_NAMES.setdefault(kernel, dotted)
+    setattr(owner, attr, _recording(target, dotted))
+    builtin_owner = getattr(target, "__self__", None)          # e.g. torch._C._nn for a C function
+    if builtin_owner is not None and getattr(builtin_owner, attr, None) is target:
+        try:
+            setattr(builtin_owner, attr, getattr(owner, attr))
+        except (AttributeError, TypeError):
+            pass
+
+
+def _recording(original, dotted: str):
+    def wrapper(*a, __orig=original, **k):
+        if _INSIDE_FORBIDDEN[0] == 0:
+            FORBIDDEN_CALLS.append(dotted)
+        _INSIDE_FORBIDDEN[0] += 1
+        try:
+            return __orig(*a, **k)
+        finally:
+            _INSIDE_FORBIDDEN[0] -= 1
+
+    wrapper.__name__ = getattr(original, "__name__", "wrapper")
+    wrapper.__qualname__ = getattr(original, "__qualname__", wrapper.__name__)
+    wrapper.__doc__ = getattr(original, "__doc__", None)
+    return wrapper
+
+
+def forbidden_watch():
+    """A torch-function mode that records forbidden functions however they were reached."""
+    from contextlib import nullcontext
+
+    if not FORBIDDEN_NAMES:
+        return nullcontext()
+    from torch.overrides import TorchFunctionMode
+
+    class _Watch(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            dotted = FORBIDDEN_NAMES.get(getattr(func, "__name__", ""))
+            if dotted is None or _INSIDE_FORBIDDEN[0]:
+                return func(*args, **(kwargs or {}))
+            FORBIDDEN_CALLS.append(dotted)
+            _INSIDE_FORBIDDEN[0] += 1
+            try:
+                return func(*args, **(kwargs or {}))
+            finally:
+                _INSIDE_FORBIDDEN[0] -= 1
+
+    return _Watch()
+
+
+def _resolve(dotted: str):
+    head, *rest = dotted.split(".")
+    obj = importlib.import_module(head)
+    for part in rest:
+        obj = getattr(obj, part)
+    return obj
+
+
+class WorkCounter:
+    """Counts the elements every tensor op produces, and the largest single intermediate.
+
+    Backend-agnostic (FlopCounterMode misses CPU SDPA and broadcast-multiply-sum attention).
+    """
+
+    def __init__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter = self
+
+        class _Mode(TorchDispatchMode):
+            _should_skip_dynamo = classmethod(lambda cls: False)  # else first use imports torch._dynamo (1.5 s)
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                result = func(*args, **(kwargs or {}))
+                for t in result if isinstance(result, (tuple, list)) else (result,):
+                    if isinstance(t, torch.Tensor):
+                        counter.record(str(func.overloadpacket.__name__), t)
+                return result
+
+        self.mode = _Mode()
+        self.total, self.ops, self.largest, self.largest_op, self.largest_shape = 0, 0, 0, "", []
+
+    def record(self, op: str, t) -> None:
+        n = t.numel()
+        self.total += n
+        self.ops += 1
+        if n > self.largest:
+            self.largest, self.largest_op, self.largest_shape = n, op, list(t.shape)
+
+    def __enter__(self):
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.mode.__exit__(*exc)
+
+    def summary(self) -> dict:
+        return {"total_elements": self.total, "ops": self.ops, "largest": self.largest,
+                "largest_op": self.largest_op, "largest_shape": self.largest_shape}
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

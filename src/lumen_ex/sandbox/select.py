@@ -1,0 +1,49 @@
+"""Choose a sandbox: ``auto`` prefers docker, then bwrap, then the labelled unisolated mode."""
+
+from __future__ import annotations
+
+from lumen_ex.core.errors import SandboxUnavailable
+
+from lumen_ex.sandbox import docker
+from lumen_ex.sandbox.base import Launcher
+from lumen_ex.sandbox.bwrap import BwrapLauncher
+from lumen_ex.sandbox.unisolated import UnisolatedLauncher
+
+CHOICES = ("auto", "docker", "bwrap", "none")
+HOST_LAUNCHERS: dict[str, type[Launcher]] = {"bwrap": BwrapLauncher, "none": UnisolatedLauncher}
+
+
+def best_host_launcher(note: str = "") -> tuple[Launcher, str]:
+    """bwrap when it works here, else the unisolated mode with a warning that says how to install a
+    sandbox; ``note`` (why docker was not used, say) goes first in the warning."""
+    why = BwrapLauncher.availability()
+    if why.ok:
+        return BwrapLauncher(), note
+    return UnisolatedLauncher(), " ".join(filter(None, [note, (
+        f"no sandbox available ({why.reason}): your code runs NOT ISOLATED. "
+        f"Install one with: {why.install}")]))
+
+
+def select_launcher(name: str) -> tuple[Launcher | docker.DockerSandbox, str]:
+    """The launcher for ``name``, and a warning to show (empty when none is due).
+
+    For docker this is a :class:`docker.DockerSandbox`, which runs the whole check in a container.
+    """
+    if name == "auto":
+        note = ""
+        if docker.engine_mod.docker_binary() is not None:
+            avail, state = docker.probe()
+            if avail.ok:
+                return docker.DockerSandbox(state.ref), ""
+            if state.state != "no-engine":   # an engine without the current image: say so
+                note = f"docker not used: {avail.reason} ({avail.install})."
+        return best_host_launcher(note)
+    if name == "docker":
+        return docker.select_docker(), ""
+    cls = HOST_LAUNCHERS.get(name)
+    if cls is None:
+        raise SandboxUnavailable(f"unknown sandbox {name!r}", f"choose one of {', '.join(CHOICES)}")
+    avail = cls.availability()
+    if not avail.ok:
+        raise SandboxUnavailable(f"{name} sandbox unavailable: {avail.reason}", f"Install it: {avail.install}")
+    return cls(), ""
