@@ -5,7 +5,7 @@
 Every file under tests/corpus/<suite>/{correct,buggy}/ is graded through the real entry point
 (lumen_ex.harness.check.run_check, in a fresh workspace each). Buggy files declare in their header what the
 first failing test must report (``# expect-kind:``, optional ``# expect-misconception:`` and
-``# expect-test:``; see tests/test_corpus_attention.py). Printed per exercise and in total:
+``# expect-test:``; see tests/e2e/test_corpus_attention.py). Printed per exercise and in total:
 
 - false passes: buggy files that pass (full marks);
 - false fails: correct files that do not get full marks;
@@ -34,6 +34,8 @@ SUITES = {1: "attention", 2: "kv_cache"}
 
 sys.path.insert(0, str(ROOT / "tests"))
 from corpus_headers import headers  # noqa: E402
+
+
 @dataclass
 class Outcome:
     exercise: int
@@ -74,8 +76,8 @@ class Outcome:
 def grade_one(args: tuple[int, str, bool, int, str]) -> Outcome:
     exercise, path_s, correct, seed, sandbox = args
     from lumen_ex.core import catalog
-    from lumen_ex.harness.check import run_check
     from lumen_ex.core.workspace import Workspace
+    from lumen_ex.harness.check import run_check
 
     path = Path(path_s)
     started = time.monotonic()

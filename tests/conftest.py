@@ -5,18 +5,25 @@ from __future__ import annotations
 import hashlib
 import shutil
 import signal
+import sys
 from pathlib import Path
 
 import pytest
 
 from lumen_ex.core import catalog
-from lumen_ex.harness.check import run_check
 from lumen_ex.core.results import RunResult
-from lumen_ex.sandbox.bwrap import BwrapLauncher
 from lumen_ex.core.workspace import Workspace
+from lumen_ex.harness.check import run_check
+from lumen_ex.sandbox.bwrap import BwrapLauncher
 
 ROOT = Path(__file__).resolve().parent.parent
+# The tests live in three folders (unit/: no sandbox; sandbox/: attacks on every backend; e2e/: whole
+# checks and class gradings); their files share helpers by module name across the folders.
+for _folder in ("unit", "sandbox", "e2e"):
+    if str(Path(__file__).resolve().parent / _folder) not in sys.path:
+        sys.path.insert(0, str(Path(__file__).resolve().parent / _folder))
 CORPUS = Path(__file__).resolve().parent / "corpus"
+LUMEN_EX = str(Path(sys.executable).parent / "lumen-ex")   # the installed command, as a user runs it
 
 
 def bwrap_ok() -> bool:

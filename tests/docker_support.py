@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from lumen_ex.sandbox import docker as docker_backend
 from lumen_ex.image import engine
+from lumen_ex.sandbox import docker as docker_backend
 
 
 def _probe() -> tuple[bool, str]:

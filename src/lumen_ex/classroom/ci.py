@@ -5,7 +5,7 @@ The workflow installs the CPU build of torch and then lumen-ex, checks every exe
 GitHub Classroom runner result as the step output ``result``), and, when the repository variable
 ``LUMEN_EX_CLASSROOM`` is ``true``, hands those results to GitHub Classroom's reporter action.
 
-What a real runner needs from it (tests/test_platform_contracts.py validates it against the
+What a real runner needs from it (tests/e2e/test_platform_contracts.py validates it against the
 github-workflow JSON Schema that check-jsonschema vendors from schemastore):
 
 - the names GitHub Classroom looks for: the workflow is ``Autograding Tests`` and the job

@@ -26,10 +26,10 @@ import re
 from pathlib import Path
 
 from lumen_ex.core.atomic import write_atomically
-from lumen_ex.feedback.text import OUTPUT_CAP, explain, points
-from lumen_ex.feedback.pictures import caption, data_url, picture, pictured
 from lumen_ex.core.results import RunResult, Status, TestResult
 from lumen_ex.core.untrusted import code_block, encodable, html, markdown
+from lumen_ex.feedback.pictures import caption, data_url, picture, pictured
+from lumen_ex.feedback.text import OUTPUT_CAP, explain, points
 
 FEEDBACK = "feedback"
 MARK = {Status.PASS: "✓", Status.FAIL: "✗", Status.ERROR: "!", Status.TIMEOUT: "⏱", Status.SKIPPED: "–"}

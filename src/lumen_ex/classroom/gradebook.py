@@ -34,10 +34,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lumen_ex.core.atomic import write_atomically
-from lumen_ex.core.catalog import Exercise
 from lumen_ex.classroom.scheduler import load_document, result_path
 from lumen_ex.core import scores
+from lumen_ex.core.atomic import write_atomically
+from lumen_ex.core.catalog import Exercise
 from lumen_ex.core.results import points
 from lumen_ex.core.untrusted import csv_cell, encodable, markdown, markdown_code
 
@@ -447,8 +447,8 @@ def write_outputs(out: Path, students: list[str], exercises: list[Exercise], tit
 
     write_feedback(out, report)
     if formats:
-        from lumen_ex.feedback import formats as formats_mod
         from lumen_ex.core.results import RunResult
+        from lumen_ex.feedback import formats as formats_mod
 
         for row in report.rows:
             for ex in exercises:

@@ -35,7 +35,6 @@ import time
 from collections import deque
 from pathlib import Path
 
-
 STOPPING = False
 _HOLD = 0           # > 0 while a worker is being started (see _signals_held)
 _PENDING = False
@@ -185,8 +184,8 @@ def make_prelauncher(inner, on_launch):
 
 def grade_one(job: dict, launcher) -> dict:
     from lumen_ex.core import catalog
-    from lumen_ex.harness.check import run_check
     from lumen_ex.core.errors import LumenError
+    from lumen_ex.harness.check import run_check
 
     started = time.monotonic()
     try:

@@ -59,9 +59,9 @@ import tempfile
 from pathlib import Path
 
 from lumen_ex.core import catalog as catalog_mod
-from lumen_ex.core.options import SEED_ENV
 from lumen_ex.core.catalog import Exercise
 from lumen_ex.core.errors import UsageError
+from lumen_ex.core.options import SEED_ENV
 from lumen_ex.core.results import RunResult, SandboxInfo
 
 K8S = "k8s"
@@ -283,8 +283,8 @@ def emit_manifests(submissions: Path, out: Path, exercises: list[Exercise], *, i
                    timeout: float | None = None, seed: int | None = None,
                    storage_class: str | None = None) -> list[Path]:
     """Prepare the shared volume's contents and write the manifests; return the files written."""
-    from lumen_ex.core.atomic import write_atomically
     from lumen_ex.classroom.submissions import discover, prepare
+    from lumen_ex.core.atomic import write_atomically
 
     if not Path(submissions).is_dir():
         raise UsageError(f"{submissions} is not a folder", "Pass the folder holding one entry per student")

@@ -420,8 +420,8 @@ def record_times(out: Path, subs, zone: dt.tzinfo | None = None) -> None:
     """Write DIR/results/<student>/submitted.json for each submission (src/lumen_ex/classroom/submissions.py's
     Submission: ``student``, ``source``, ``kind``). A zip's times are read in ``zone``, else in the
     saved due time's time zone, else in this machine's."""
-    from lumen_ex.core.atomic import write_atomically
     from lumen_ex.classroom.scheduler import RESULTS
+    from lumen_ex.core.atomic import write_atomically
 
     policy = load_policy(out)
     zone = zone or (policy.due.tzinfo if policy else None)

@@ -127,10 +127,10 @@ def grade_submission(source: Path, wanted: list[str], *, seed: int | None, devic
     exercise (0 points, "no 01-attention/attention.py"), an unreadable submission or a grader that
     could not run is an exercise with status error and the reason.
     """
-    from lumen_ex.core import catalog as catalog_mod
     from lumen_ex.classroom.scheduler import unpreparable_result
-    from lumen_ex.core.results import SandboxInfo
     from lumen_ex.classroom.submissions import Submission, prepare
+    from lumen_ex.core import catalog as catalog_mod
+    from lumen_ex.core.results import SandboxInfo
 
     started = time.monotonic()
     cat = catalog_mod.load()

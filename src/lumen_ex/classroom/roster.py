@@ -19,9 +19,9 @@ import os
 import unicodedata
 from pathlib import Path
 
+from lumen_ex.classroom.submissions import Submission, student_key
 from lumen_ex.core.bounded import NotReadable, read_regular
 from lumen_ex.core.errors import UsageError
-from lumen_ex.classroom.submissions import Submission, student_key
 
 MAX_ROSTER_BYTES = 4 << 20
 NAME_COLUMNS = ("student", "name")

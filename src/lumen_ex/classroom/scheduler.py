@@ -51,12 +51,13 @@ from dataclasses import replace as with_changes
 from pathlib import Path
 from typing import Protocol
 
-from lumen_ex.core import catalog as catalog_mod
 from lumen_ex.classroom import store as grade_store
+from lumen_ex.classroom.grading_processes import STOP_GRACE_S, GradingProcess
+from lumen_ex.classroom.submissions import Prepared, Skipped, Submission, discover_entries, prepare
+from lumen_ex.core import catalog as catalog_mod
+from lumen_ex.core.atomic import write_atomically
 from lumen_ex.core.catalog import Catalog, Exercise
 from lumen_ex.core.errors import LumenError, UsageError
-from lumen_ex.classroom.grading_processes import STOP_GRACE_S, GradingProcess
-from lumen_ex.core.atomic import write_atomically
 from lumen_ex.core.results import (
     Diagnosis,
     RunResult,
@@ -65,8 +66,8 @@ from lumen_ex.core.results import (
     TestResult,
     base_versions,
     grader_error,
+    not_graded,
 )
-from lumen_ex.classroom.submissions import Prepared, Skipped, Submission, discover_entries, prepare
 
 RESULTS = "results"
 SUBMISSION_INFO = "submission.json"
@@ -205,8 +206,8 @@ def submission_result(ex: Exercise, reason: str, *, status: Status, sandbox: San
     test = TestResult("submission", f"{ex.path} was submitted", "submission", Status.ERROR,
                       max_score=ex.max_score, message=reason,
                       diagnosis=Diagnosis("missing", reason, hint=f"Submit your file as {ex.path}."))
-    return RunResult(exercise=ex.summary(), status=status, sandbox=sandbox, device=device, seed=seed,
-                     score=0.0, max_score=ex.max_score, message=reason, tests=[test], versions=_versions())
+    return not_graded(ex.summary(), test, status=status, max_score=ex.max_score, sandbox=sandbox, device=device,
+                      seed=seed, versions=_versions())
 
 
 def unpreparable_result(ex: Exercise, refused: str, missing: dict[str, str], *, sandbox: SandboxInfo,

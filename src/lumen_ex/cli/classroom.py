@@ -21,10 +21,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 from rich.text import Text
 
-from lumen_ex.core.untrusted import one_line
-
 from lumen_ex.core.options import DEVICES, FORMATS, SANDBOXES
-
+from lumen_ex.core.untrusted import one_line
 
 
 class RateMeter:
@@ -236,8 +234,8 @@ def late_options(command):
 
 def save_late_policy(out: Path, late: dict) -> None:
     """With ``--due``: check the policy and save it in --out (a rerun without --due keeps it)."""
-    from lumen_ex.core.errors import UsageError
     from lumen_ex.classroom.late import make_policy, save_policy
+    from lumen_ex.core.errors import UsageError
 
     if not late.get("due"):
         return
@@ -314,9 +312,8 @@ def grade(ctx, submissions: Path, numbers, all_: bool, out: Path, jobs: int, san
         for path in written:
             click.echo(f"wrote {path}")
         ctx.exit(0)
-    from lumen_ex.classroom.scheduler import GradeRequest, grade_class
     from lumen_ex.classroom.gradebook import write_outputs
-
+    from lumen_ex.classroom.scheduler import GradeRequest, grade_class
     from lumen_ex.cli.render import console
 
     con = console()

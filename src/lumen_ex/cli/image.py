@@ -28,8 +28,8 @@ def image() -> None:
 def build(base: str | None, local_base: bool, tag: str | None, torch_spec: str | None, index_url: str | None,
           keep: Path | None) -> None:
     """Build the grader image for this version of lumen-ex (no network inside the build)."""
-    from lumen_ex.image import tag as image_mod
     from lumen_ex.image import build as image_build
+    from lumen_ex.image import tag as image_mod
 
     with _progress() as report:
         if local_base:
@@ -53,8 +53,8 @@ def build(base: str | None, local_base: bool, tag: str | None, torch_spec: str |
 @click.option("--mirror", default=None, metavar="URL", help="The Debian mirror debootstrap uses.")
 def base(tag: str | None, mirror: str | None) -> None:
     """Make a minimal Debian base image locally (debootstrap + docker import), for machines without a registry."""
-    from lumen_ex.image import tag as image_mod
     from lumen_ex.image import build as image_build
+    from lumen_ex.image import tag as image_mod
 
     with _progress() as report:
         made = image_build.build_local_base(tag or image_mod.LOCAL_BASE, mirror=mirror, progress=report)

@@ -21,9 +21,8 @@ import click
 
 from lumen_ex import __version__
 from lumen_ex.core.errors import LumenError
-from lumen_ex.core.untrusted import visible
-
 from lumen_ex.core.options import CHECK_FORMATS, DEVICES, SANDBOXES
+from lumen_ex.core.untrusted import visible
 
 workspace_option = click.option("--workspace", "-w", type=click.Path(file_okay=False, path_type=Path),
                                 help="The workspace folder (default: found from the current folder).")
@@ -46,9 +45,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @workspace_option
 def list_cmd(workspace: Path | None) -> None:
     """List the exercises, with your progress."""
-    from lumen_ex.learner.progress import list_exercises
-
     from lumen_ex.cli.render import console, render_list
+    from lumen_ex.learner.progress import list_exercises
 
     render_list(console(), *list_exercises(workspace))
 
@@ -62,11 +60,10 @@ def list_cmd(workspace: Path | None) -> None:
                    "the LUMEN_EX_SPEC variable overrides it.")
 def init(directory: Path, ci: str | None, spec: str) -> None:
     """Create a workspace in DIRECTORY with every exercise's stub and README."""
-    from lumen_ex.core.catalog import load
     from lumen_ex.classroom.ci import check_spec
-    from lumen_ex.core.workspace import Workspace
-
     from lumen_ex.cli.render import console, render_init
+    from lumen_ex.core.catalog import load
+    from lumen_ex.core.workspace import Workspace
 
     check_spec(spec)
     workspace = Workspace.create(directory, load())
@@ -120,9 +117,8 @@ def check(ctx, exercise: str, workspace: Path | None, sandbox: str, fmt: str, se
 @click.pass_context
 def watch(ctx, exercise: str, workspace: Path | None, sandbox: str, seed: int | None, device: str, poll: bool) -> None:
     """Check EXERCISE again every time you save it (Ctrl-C to stop)."""
-    from lumen_ex.learner.watch import WatchSession, serve
-
     from lumen_ex.cli.render import console, render_result
+    from lumen_ex.learner.watch import WatchSession, serve
 
     con = console()
     con.print("lumen-ex watch: starting (the first check imports torch)...", style="dim")
@@ -147,9 +143,8 @@ def watch(ctx, exercise: str, workspace: Path | None, sandbox: str, seed: int | 
 @click.option("--all", "show_all", is_flag=True, help="Show the hints you have seen so far (reveals no new one).")
 def hint(exercise: str, workspace: Path | None, show_all: bool) -> None:
     """Show the next hint for EXERCISE (one more each time you ask)."""
-    from lumen_ex.learner.progress import next_hint, seen_hints
-
     from lumen_ex.cli.render import console, render_hint
+    from lumen_ex.learner.progress import next_hint, seen_hints
 
     con = console()
     if not show_all:

@@ -218,7 +218,7 @@ def _align(exp: list, yours: list) -> list[tuple]:
         return list(zip(exp, yours))
     out: list[tuple] = []
     matcher = difflib.SequenceMatcher(a=[n for n, _ in exp], b=[n for n, _ in yours], autojunk=False)
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+    for _op, i1, i2, j1, j2 in matcher.get_opcodes():
         a, b = exp[i1:i2], yours[j1:j2]
         for k in range(max(len(a), len(b))):
             out.append((a[k] if k < len(a) else None, b[k] if k < len(b) else None))

@@ -22,10 +22,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from lumen_ex.cli.pictures import Heatmap, shape_diagram
 from lumen_ex.core.results import VALUE_KINDS, Diagnosis, RunResult, Status, TestResult, points
 from lumen_ex.core.untrusted import one_line, visible
-
-from lumen_ex.cli.pictures import Heatmap, shape_diagram
 
 MARK = {Status.PASS: ("✓", "green"), Status.FAIL: ("✗", "red"), Status.ERROR: ("!", "red"),
         Status.TIMEOUT: ("⏱", "red"), Status.SKIPPED: ("-", "dim")}

@@ -3,7 +3,7 @@
 Everything about an exercise that is policy rather than code lives there: its number and slug,
 the file the learner edits, the graded functions, the points of each test group, time and resource
 limits, forbidden APIs and hints. :func:`validate` lists every problem with a fix;
-tests/test_catalog.py runs it, and also checks that every stub fails and the reference passes.
+tests/unit/test_catalog.py runs it, and also checks that every stub fails and the reference passes.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from lumen_ex.core.limits import Limits
-
 from lumen_ex.core.errors import CatalogError, UnknownExercise
+from lumen_ex.core.limits import Limits
 
 FORMAT_VERSION = 1
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")   # Gradescope's four

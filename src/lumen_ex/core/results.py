@@ -270,12 +270,23 @@ def one_line(message: str, fallback: str, limit: int = 500) -> str:
     return lines[0][:limit] if lines else fallback
 
 
+def not_graded(exercise: dict[str, Any], row: TestResult, *, status: Status, sandbox: SandboxInfo, device: str,
+               seed: int, max_score: float = 0.0, duration: float = 0.0,
+               versions: dict[str, str] | None = None) -> RunResult:
+    """The one shape of a record for a check that graded nothing: one row that says why (the file
+    cannot be read, the submission is missing, the grader failed), no test run, score 0. The row
+    carries the exercise's whole maximum when the learner is charged (``max_score``), so the
+    scores of every view still add up; it carries none when the grader is to blame."""
+    return RunResult(exercise=exercise, status=status, sandbox=sandbox, device=device, seed=seed, score=0.0,
+                     max_score=max_score, duration=duration, message=row.message, tests=[row],
+                     versions=base_versions() if versions is None else versions)
+
+
 def grader_error(exercise: dict[str, Any], message: str, *, sandbox: SandboxInfo, device: str, seed: int,
                  duration: float = 0.0, versions: dict[str, str] | None = None) -> RunResult:
     """The record of a check the grader could not finish: status ``error``, one test ("the grader
     ran") that says why. Nothing about the learner's code is claimed."""
     test = TestResult("grader", "the grader ran", "grader", Status.ERROR, message=message,
                       diagnosis=Diagnosis("grader", message))
-    return RunResult(exercise=exercise, status=Status.ERROR, sandbox=sandbox, device=device, seed=seed,
-                     duration=duration, message=message, tests=[test],
-                     versions=base_versions() if versions is None else versions)
+    return not_graded(exercise, test, status=Status.ERROR, sandbox=sandbox, device=device, seed=seed,
+                      duration=duration, versions=versions)

@@ -20,7 +20,7 @@ for each piece of untrusted text, just before writing it:
 - :func:`csv_cell` for a spreadsheet cell;
 - :func:`encodable` just before encoding text that no other function has passed through.
 
-The rules, which tests/test_injection.py checks for each view:
+The rules, which tests/e2e/test_injection.py checks for each view:
 
 1. Control characters (C0 and C1, and DEL) other than newline and tab are replaced: those with a
    Unicode "control picture" by it (ESC -> ``␛``, CR -> ``␍``, BEL -> ``␇``, NUL -> ``␀``,
@@ -48,7 +48,7 @@ _C0 = "\x00-\x08\x0b-\x1f\x7f"
 # C1 controls: no pictures exist, so they are written out as \x escapes.
 _C1 = "\x80-\x9f"
 # Unicode format characters (category Cf, Unicode 15) except U+200D ZWJ, and the line/paragraph
-# separators (Zl, Zp). tests/test_injection.py checks this list against unicodedata.
+# separators (Zl, Zp). tests/e2e/test_injection.py checks this list against unicodedata.
 _FORMAT = ("\xad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b\u200c\u200e\u200f"
            "\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb"
            "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"

@@ -12,9 +12,9 @@ from __future__ import annotations
 import base64
 import binascii
 
-from lumen_ex.feedback.png import PNG_SIGNATURE
 from lumen_ex.core.results import RunResult, Status, TestResult
 from lumen_ex.core.untrusted import one_line
+from lumen_ex.feedback.png import PNG_SIGNATURE
 
 MAX_PNG_BYTES = 64 << 10
 

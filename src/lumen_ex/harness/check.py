@@ -6,22 +6,29 @@ torch or pytest, so the two torch imports (the worker's and the harness's) overl
 
 from __future__ import annotations
 
-import os
 import platform
 import time
 from pathlib import Path
 
 from lumen_ex import __version__
+from lumen_ex.core import catalog as catalog_mod
+from lumen_ex.core import scores, seeds, snapshot
+from lumen_ex.core.errors import DeviceUnavailable, UsageError
 from lumen_ex.core.options import DEVICES, gpu_present, resolve_device  # noqa: F401 (re-exported)
+from lumen_ex.core.results import (
+    Diagnosis,
+    RunResult,
+    SandboxInfo,
+    Status,
+    TestResult,
+    base_versions,
+    not_graded,
+)
+from lumen_ex.core.workspace import Workspace
 from lumen_ex.sandbox.base import Launcher, WorkerSpec
 from lumen_ex.sandbox.docker import DockerSandbox
 from lumen_ex.sandbox.select import select_launcher
 
-from lumen_ex.core import catalog as catalog_mod
-from lumen_ex.core import scores, seeds, snapshot
-from lumen_ex.core.errors import DeviceUnavailable, UsageError
-from lumen_ex.core.results import Diagnosis, RunResult, SandboxInfo, Status, TestResult, base_versions
-from lumen_ex.core.workspace import Workspace
 
 def worker_spec(ex, workspace: Path, learner_file: Path, device: str) -> WorkerSpec:
     """The sandboxed worker a check of ``ex`` asks for. Watch mode and ``lumen-ex grade`` start
@@ -117,12 +124,10 @@ def _refused(ex, reason: str, launcher: Launcher, *, device, seed, started, warn
     row = TestResult("file", "the exercise file can be read", "file", Status.FAIL, message=message,
                      diagnosis=Diagnosis("file", message), max_score=total)
     note = " ".join(filter(None, [launcher.note(), warning]))
-    return RunResult(
-        exercise=ex.summary(), status=Status.FAIL, sandbox=SandboxInfo(launcher.name, launcher.isolated, {}, note),
-        device=device, seed=seed, score=0.0, max_score=total,
-        duration=time.monotonic() - started, message=message, tests=[row],
-        versions={**base_versions(), "catalog": catalog_mod.load().version},
-    )
+    return not_graded(ex.summary(), row, status=Status.FAIL, max_score=total,
+                      sandbox=SandboxInfo(launcher.name, launcher.isolated, {}, note), device=device, seed=seed,
+                      duration=time.monotonic() - started,
+                      versions={**base_versions(), "catalog": catalog_mod.load().version})
 
 
 def _confirm_device(pool, wanted: str, device: str) -> str:

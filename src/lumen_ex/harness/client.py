@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 import torch
 
 from lumen_ex.sandbox.base import Launched, Launcher, WorkerSpec
-
 from lumen_ex.sandbox.inside import wire
 
 OUTPUT_CAP = 8 * 1024

@@ -13,10 +13,9 @@ import time
 
 import pytest
 
-from lumen_ex.harness.float32_cause import float32_cause
 from lumen_ex.core.results import CheckFailed, Diagnosis, Status, TestResult, take_notes
-
 from lumen_ex.harness.client import ImportFailed, LearnerError, WorkerFailure
+from lumen_ex.harness.float32_cause import float32_cause
 from lumen_ex.harness.proxy import Submission
 
 STATUS_OF_KIND = {"timeout": Status.TIMEOUT, "crash": Status.ERROR, "protocol": Status.FAIL,

@@ -15,10 +15,9 @@ from typing import Any
 import torch
 
 from lumen_ex.core.results import CheckFailed, Diagnosis
-
-from lumen_ex.sandbox.inside import wire
 from lumen_ex.harness.client import LearnerError, WorkerPool
 from lumen_ex.harness.source_scan import scan_file
+from lumen_ex.sandbox.inside import wire
 
 
 @dataclass(frozen=True)

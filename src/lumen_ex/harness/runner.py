@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from lumen_ex.core.results import Diagnosis, Status, TestResult
-
 from lumen_ex.harness.plugin import GradingPlugin
 from lumen_ex.harness.proxy import Submission
 

@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Callable
 
 from lumen_ex import __version__
-from lumen_ex.image import tag as image
 from lumen_ex.core.errors import LumenError, SandboxUnavailable, UsageError
 from lumen_ex.image import engine as engine_mod
+from lumen_ex.image import tag as image
 
 ENTRY_POINTS = (
     "lumen-ex-container = lumen_ex.harness.container_entry:main",          # src/lumen_ex/image/grader.Dockerfile's ENTRYPOINT

@@ -14,7 +14,6 @@ Building the image lives in src/lumen_ex/image/build.py; this module only answer
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -6,12 +6,11 @@ import platform
 from dataclasses import dataclass, field
 
 from lumen_ex import __version__
+from lumen_ex.core.limits import Limits
+from lumen_ex.harness.check import gpu_present
 from lumen_ex.sandbox import docker
 from lumen_ex.sandbox.bwrap import BwrapLauncher
-from lumen_ex.core.limits import Limits
 from lumen_ex.sandbox.cgroups import Enforcement
-
-from lumen_ex.harness.check import gpu_present
 
 
 @dataclass
@@ -77,8 +76,8 @@ def diagnose() -> Report:
 def docker_findings(avail, state) -> list[Finding]:
     """The docker backend in detail (``avail, state`` from lumen_ex.sandbox.docker.probe): the
     engine, the grader image, and GPUs for containers."""
-    from lumen_ex.image import tag as image
     from lumen_ex.image import engine
+    from lumen_ex.image import tag as image
     from lumen_ex.sandbox.docker import GPU_INSTALL
 
     eng = engine.engine()

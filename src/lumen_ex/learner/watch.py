@@ -48,11 +48,11 @@ from typing import Callable, Iterator
 
 from lumen_ex.core import catalog as catalog_mod
 from lumen_ex.core import seeds
-from lumen_ex.harness.check import DEVICES, worker_spec
 from lumen_ex.core.errors import SandboxUnavailable, UsageError
+from lumen_ex.core.workspace import Workspace
+from lumen_ex.harness.check import DEVICES, worker_spec
 from lumen_ex.learner.file_events import POLL_INTERVAL, Change, Inotify, Poller, file_digest
 from lumen_ex.sandbox.base import Launcher, WorkerSpec
-from lumen_ex.core.workspace import Workspace
 
 DEBOUNCE = 0.02         # quiet time after an event before the file is read
 MAX_SETTLE = 0.5        # never wait longer than this for a burst of events to end

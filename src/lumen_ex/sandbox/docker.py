@@ -29,13 +29,12 @@ import time
 import uuid
 from pathlib import Path
 
-from lumen_ex.core.options import SEED_ENV, gpu_present
 from lumen_ex.core.errors import DeviceUnavailable, SandboxUnavailable, UsageError
+from lumen_ex.core.limits import Limits
+from lumen_ex.core.options import SEED_ENV, gpu_present
 from lumen_ex.core.results import RunResult, SandboxInfo, grader_error
-
 from lumen_ex.image import engine as engine_mod
 from lumen_ex.sandbox.base import Availability
-from lumen_ex.core.limits import Limits
 from lumen_ex.sandbox.result_document import DocumentError, read_document
 
 NAME_PREFIX = "lumen-"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from lumen_ex.core.errors import SandboxUnavailable
-
 from lumen_ex.sandbox import docker
 from lumen_ex.sandbox.base import Launcher
 from lumen_ex.sandbox.bwrap import BwrapLauncher

@@ -16,7 +16,6 @@ from typing import Callable, Mapping
 
 from lumen_ex.core.errors import UsageError
 from lumen_ex.core.results import RunResult
-
 from lumen_ex.feedback.formats import github, gradescope, junit, prairielearn
 
 

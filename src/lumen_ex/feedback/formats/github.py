@@ -29,7 +29,6 @@ from typing import Mapping
 
 from lumen_ex.core.results import RunResult, Status
 from lumen_ex.core.untrusted import code_block, encodable, markdown, one_line, visible
-
 from lumen_ex.feedback.text import OUTPUT_CAP, exercise_path, explain, points, source_line
 
 MAX_ANNOTATIONS = 10

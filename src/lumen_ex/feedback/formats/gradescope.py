@@ -27,7 +27,6 @@ import json
 
 from lumen_ex.core.results import RunResult, Status, TestResult
 from lumen_ex.core.untrusted import one_line, visible
-
 from lumen_ex.feedback.text import explain, headline
 
 VISIBILITY = "visible"         # every lumen-ex test name is shown to learners by `check` already

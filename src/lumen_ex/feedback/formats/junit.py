@@ -19,7 +19,6 @@ import xml.etree.ElementTree as ET
 
 from lumen_ex.core.results import RunResult, Status, TestResult
 from lumen_ex.core.untrusted import visible
-
 from lumen_ex.feedback.text import explain, points
 
 _ILLEGAL = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

@@ -23,7 +23,6 @@ import json
 
 from lumen_ex.core.results import RunResult, Status, TestResult
 from lumen_ex.core.untrusted import one_line, visible
-
 from lumen_ex.feedback.pictures import caption, data_url, pictured
 from lumen_ex.feedback.text import capped, explain, headline
 

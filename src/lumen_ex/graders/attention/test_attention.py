@@ -12,12 +12,11 @@ import re
 import pytest
 import torch
 
+from lumen_ex.core.results import CheckFailed
+from lumen_ex.graders.attention.variants import causal_variants, output_variants
 from lumen_ex.graders.support import expect, inputs, pictures
 from lumen_ex.graders.support.expect import Expected, Tolerance, fail
 from lumen_ex.reference import attention as ref
-from lumen_ex.core.results import CheckFailed
-
-from lumen_ex.graders.attention.variants import causal_variants, output_variants
 
 SDPA = "scaled_dot_product_attention"
 EXACT = Tolerance(0.0, 0.0)
@@ -33,7 +32,7 @@ LEAK_SCORE = 300.0
 # For the dtype tests: float16 and bfloat16 are matched at 1e-2 and 2e-2, so the known mistakes must be
 # far apart. With d_k = 16 and d_v = 4 the scales 1/sqrt(d_k) = 1/4 and 1/sqrt(d_v) = 1/2 are a factor
 # 2 apart (with the default d_k = 8, d_v = 6 only 1.15) and every mistake is at least ~12 bfloat16
-# tolerances from the reference and from every other (tests/test_variants.py).
+# tolerances from the reference and from every other (tests/e2e/test_variants.py).
 DTYPE_SIZES = {"d_k": 16, "d_v": 4}
 
 

@@ -4,7 +4,7 @@ When a learner's values differ from the reference, the harness checks them again
 here and names the first one that matches: the learner then reads the mistake, not just a number.
 ``CATALOGUE`` lists every mistake this suite can name, the value variants below and the ones named
 from a shape, a dtype, a gradient or a property check, by the id a diagnosis carries.
-tests/test_variants.py checks that on the hidden tests' own inputs every variant differs from the
+tests/e2e/test_variants.py checks that on the hidden tests' own inputs every variant differs from the
 reference and from every other variant by far more than the tolerance.
 """
 

@@ -15,13 +15,12 @@ from typing import Callable, Sequence
 
 import torch
 
-from lumen_ex.harness.proxy import meta
-from lumen_ex.sandbox.inside.wire import Opaque
-from lumen_ex.harness.float32_cause import float32_cause  # noqa: F401 (re-exported)
 from lumen_ex.core.results import CheckFailed, Diagnosis, note
-
 from lumen_ex.graders.support import pictures
 from lumen_ex.graders.support.shapes import axis_index, name_shape
+from lumen_ex.harness.float32_cause import float32_cause  # noqa: F401 (re-exported)
+from lumen_ex.harness.proxy import meta
+from lumen_ex.sandbox.inside.wire import Opaque
 
 
 @dataclass(frozen=True)
@@ -181,7 +180,7 @@ def _describe(value) -> str:
     return f"a {type(value).__name__}"
 
 
-def signature(submission, fn: str, params: Sequence[str], defaults: dict[str, str] = {}) -> None:
+def signature(submission, fn: str, params: Sequence[str], defaults: dict[str, str] = {}) -> None:  # noqa: B006 (read only)
     """``fn`` is defined and takes ``params`` in this order, with these default values (as repr)."""
     sig = submission.signature(fn)
     if sig is None:

@@ -20,8 +20,8 @@ from typing import Sequence
 
 import torch
 
-from lumen_ex.feedback.png import heatmap_png
 from lumen_ex.core.results import CheckFailed, Diagnosis
+from lumen_ex.feedback.png import heatmap_png
 
 MAX_CELLS = 16                      # per side of the picture
 DIGITS = 3                          # significant digits kept

@@ -1,0 +1,100 @@
+"""Killing, reaping and signal handling for the processes lumen-ex starts, written once.
+
+Every process lumen-ex starts for a check (a sandboxed worker, a docker client, a grading process)
+leads its own process group, so one ``killpg`` reaches everything it started. The helpers here
+never raise for a process that is already gone, and never wait forever:
+
+- :func:`signal_group` / :func:`kill_group`: a signal to a whole group, quietly;
+- :func:`reap`: wait for a child, within a bound;
+- :func:`stop`: SIGTERM (and SIGCONT, so a stopped process can run its clean-up), a grace
+  period, then SIGKILL, then reap;
+- :class:`signals_interrupt`: while a check runs, SIGTERM and SIGHUP raise KeyboardInterrupt, so
+  the same clean-up as Ctrl-C runs (its workers or container are killed) before the process exits;
+- :class:`signals_deferred`: during a clean-up that must finish, SIGINT, SIGTERM and SIGHUP are
+  ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+
+REAP_S = 10.0      # how long a killed process may take to be reaped
+
+
+def signal_group(pid: int, sig: int) -> bool:
+    """Send ``sig`` to the process group ``pid`` leads; False when it is gone (or not ours)."""
+    try:
+        os.killpg(pid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def kill_group(pid: int) -> bool:
+    """SIGKILL the process group ``pid`` leads; False when it is gone (or not ours)."""
+    return signal_group(pid, signal.SIGKILL)
+
+
+def reap(proc: subprocess.Popen, timeout: float = REAP_S) -> int | None:
+    """Wait up to ``timeout`` seconds for ``proc``; its exit code, or None if it is still running."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def kill(proc: subprocess.Popen, timeout: float = REAP_S) -> int | None:
+    """SIGKILL ``proc``'s process group (it leads one), then reap it."""
+    kill_group(proc.pid)
+    return reap(proc, timeout)
+
+
+def stop(proc: subprocess.Popen, grace: float, timeout: float = REAP_S) -> int | None:
+    """Ask ``proc``'s group to stop (SIGTERM, then SIGCONT so that a stopped process can clean up),
+    give it ``grace`` seconds, then SIGKILL the group and reap it."""
+    if proc.poll() is None:
+        for sig in (signal.SIGTERM, signal.SIGCONT):
+            signal_group(proc.pid, sig)
+        reap(proc, grace)
+    return kill(proc, timeout)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+class _Handlers:
+    """Install handlers for some signals on entry, put the old ones back on exit (main thread only:
+    Python lets no other thread set a handler, and there the block changes nothing)."""
+
+    SIGNALS: tuple[int, ...] = ()
+    HANDLER = signal.SIG_DFL
+
+    def __enter__(self):
+        self.saved = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self.saved[sig] = signal.signal(sig, self.HANDLER)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self.saved.items():
+            signal.signal(sig, handler)
+        return False
+
+
+class signals_interrupt(_Handlers):
+    """SIGTERM and SIGHUP raise KeyboardInterrupt inside the block, as Ctrl-C does."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+    HANDLER = staticmethod(_raise_interrupt)
+
+
+class signals_deferred(_Handlers):
+    """SIGINT, SIGTERM and SIGHUP are ignored inside the block: a clean-up that must finish."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    HANDLER = signal.SIG_IGN

@@ -1,0 +1,215 @@
+"""The command line through the real entry point (the installed `lumen-ex` script), against goldens.
+
+Goldens live in tests/golden/; run with LUMEN_EX_UPDATE_GOLDEN=1 to rewrite them after an
+intended change, then read the diff. Variable parts (durations, temporary paths, versions) are
+normalised before comparing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from lumen_ex.core import catalog
+
+GOLDEN = Path(__file__).parents[1] / "golden"
+REFERENCE = Path(catalog.exercises_root()).parent / "reference"
+from conftest import LUMEN_EX  # noqa: E402,F401 (shared with other test files)
+
+BUGGY_NO_SCALE = '''
+import torch
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = torch.softmax(scores, dim=-1)
+    return w @ v, w
+
+def causal_mask(L_q, L_k=None, device=None):
+    L_k = L_q if L_k is None else L_k
+    return torch.ones(L_q, L_k, dtype=torch.bool, device=device).tril(L_k - L_q)
+'''
+BUGGY_SHAPE = BUGGY_NO_SCALE.replace("return w @ v, w", "return (w @ v).transpose(-2, -1), w")
+SYNTAX_ERROR = "def scaled_dot_product_attention(q, k, v, mask=None)\n    return q\n"
+
+
+def run(args: list[str], cwd: Path, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FORCE_COLOR", "CLICOLOR"))}
+    env.update({"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb", **(env_extra or {})})
+    return subprocess.run([LUMEN_EX, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def normalise(text: str, root: Path) -> str:
+    text = text.replace(str(root), "<tmp>")
+    text = re.sub(r"\d+\.\d+ s\b", "<t> s", text)
+    return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
+
+
+def compare(name: str, text: str) -> None:
+    path = GOLDEN / f"{name}.txt"
+    if os.environ.get("LUMEN_EX_UPDATE_GOLDEN"):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"no golden {path}: run with LUMEN_EX_UPDATE_GOLDEN=1"
+    assert text == path.read_text(), f"output differs from {path} (LUMEN_EX_UPDATE_GOLDEN=1 rewrites it)"
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    proc = run(["init", "ws"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    return tmp_path / "ws"
+
+
+def put(ws: Path, source: str | Path, ex: str = "1") -> None:
+    e = catalog.load().find(ex)
+    target = ws / e.dir / e.file
+    if isinstance(source, Path):
+        shutil.copyfile(source, target)
+    else:
+        target.write_text(source)
+
+
+def test_init_creates_the_workspace(tmp_path):
+    proc = run(["init", "course"], tmp_path)
+    assert proc.returncode == 0
+    compare("init", normalise(proc.stdout, tmp_path))
+    for ex in catalog.load().exercises:
+        assert (tmp_path / "course" / ex.dir / ex.file).is_file()
+        assert (tmp_path / "course" / ex.dir / "README.md").is_file()
+    assert (tmp_path / "course" / "README.md").is_file() and (tmp_path / "course" / "lumen-ex.toml").is_file()
+    again = run(["init", "course"], tmp_path)
+    assert again.returncode == 2 and again.stderr.startswith("Error: ") and len(again.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("case,source,code", [
+    ("check-pass", REFERENCE / "attention.py", 0),
+    ("check-no-scale", BUGGY_NO_SCALE, 1),
+    ("check-shape", BUGGY_SHAPE, 1),
+    ("check-stub", None, 1),
+    ("check-syntax-error", SYNTAX_ERROR, 1),
+])
+def test_check_output(workspace, case, source, code):
+    if source is not None:
+        put(workspace, source)
+    proc = run(["check", "1", "--sandbox", "none", "--seed", "7"], workspace / "01-attention")
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    compare(case, normalise(proc.stdout, workspace.parent))
+
+
+def test_shape_failure_names_the_axes(workspace):
+    put(workspace, BUGGY_SHAPE)
+    proc = run(["check", "attention", "--sandbox", "none", "--seed", "3", "--format", "json"], workspace)
+    first = next(t for t in json.loads(proc.stdout)["tests"] if t["status"] != "pass")
+    assert first["diagnosis"]["kind"] == "shape"
+    assert first["diagnosis"]["summary"] == (
+        "output: expected (B, H, L_q, d_v) = (2, 3, 5, 6), got (B, H, d_v, L_q) = (2, 3, 6, 5)")
+
+
+def test_json_matches_the_schema(workspace):
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((Path(__file__).parents[2] / "docs" / "result.schema.json").read_text())
+    for source in (REFERENCE / "attention.py", BUGGY_NO_SCALE, SYNTAX_ERROR):
+        put(workspace, source)
+        proc = run(["check", "1", "--sandbox", "none", "--format", "json", "--seed", "11"], workspace)
+        doc = json.loads(proc.stdout)
+        jsonschema.validate(doc, schema)
+        assert doc["seed"] == 11 and doc["sandbox"]["backend"] == "none" and doc["sandbox"]["isolated"] is False
+        assert proc.returncode == {"pass": 0, "fail": 1}[doc["status"]]
+        assert doc["score"] == pytest.approx(sum(t["score"] for t in doc["tests"]), abs=1e-3)
+
+
+def test_same_seed_same_record(workspace):
+    put(workspace, BUGGY_NO_SCALE)
+    docs = [json.loads(run(["check", "1", "--sandbox", "none", "--format", "json", "--seed", "5"], workspace).stdout)
+            for _ in range(2)]
+    strip = lambda d: [(t["id"], t["status"], t["message"]) for t in d["tests"]]  # noqa: E731
+    assert strip(docs[0]) == strip(docs[1])
+
+
+def test_list_shows_progress(workspace):
+    put(workspace, REFERENCE / "attention.py")
+    assert run(["check", "1", "--sandbox", "none", "--seed", "1"], workspace).returncode == 0
+    proc = run(["list"], workspace)
+    assert proc.returncode == 0
+    compare("list", normalise(proc.stdout, workspace.parent))
+
+
+def test_hints_are_progressive(workspace):
+    first = run(["hint", "1"], workspace)
+    second = run(["hint", "attention"], workspace)
+    assert first.returncode == second.returncode == 0
+    assert "hint 1 of" in first.stdout and "hint 2 of" in second.stdout
+    compare("hint", normalise(first.stdout + second.stdout, workspace.parent))
+
+
+@pytest.mark.parametrize("args,code,message", [
+    (["check", "9"], 2, "Error: no exercise '9'. Choose one of: 1 (attention), 2 (kv-cache)"),
+    (["check", "1", "--device", "tpu"], 2, "Invalid value for '--device'"),
+    (["frobnicate"], 2, "No such command 'frobnicate'"),
+])
+def test_usage_errors_are_one_line(workspace, args, code, message):
+    proc = run(args, workspace)
+    assert proc.returncode == code
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_outside_a_workspace(tmp_path):
+    proc = run(["check", "1"], tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"Error: no lumen-ex workspace at or above {tmp_path.resolve()}. "
+                                   "Create one with `lumen-ex init DIR`, or pass --workspace DIR")
+
+
+def test_missing_exercise_file(workspace):
+    (workspace / "01-attention" / "attention.py").unlink()
+    proc = run(["check", "1"], workspace)
+    assert proc.returncode == 2 and "01-attention/attention.py is missing" in proc.stderr
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    proc = run(["--debug", "check", "1"], tmp_path)
+    assert proc.returncode == 2 and "Traceback" in proc.stderr
+
+
+def test_every_command_has_help_and_is_in_the_readme():
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    from lumen_ex.cli.main import cli
+
+    commands = sorted(cli.commands)
+    assert {"list", "init", "check", "hint", "doctor", "watch", "grade", "image"} <= set(commands)
+    for command in commands:
+        proc = run([command, "--help"], Path.cwd())
+        assert proc.returncode == 0 and "Usage: lumen-ex" in proc.stdout
+        assert f"lumen-ex {command}" in readme, f"README does not mention `lumen-ex {command}`"
+
+
+def test_doctor_reports_sandboxes(tmp_path):
+    proc = run(["doctor", "--format", "json"], tmp_path)
+    assert proc.returncode == 0
+    names = {(f["area"], f["name"]) for f in json.loads(proc.stdout)["findings"]}
+    assert {("sandbox", "bwrap"), ("sandbox", "docker"), ("sandbox", "none"), ("device", "cuda")} <= names
+
+
+@pytest.mark.parametrize("case,source", [("check-no-scale-80", BUGGY_NO_SCALE), ("check-stub-80", None),
+                                         ("check-syntax-error-80", SYNTAX_ERROR)])
+def test_check_output_at_80_columns(workspace, case, source):
+    """At 80 columns no two rows of the test table look the same (the test ids are kept whole),
+    and repeated causes are folded into one row."""
+    if source is not None:
+        put(workspace, source)
+    proc = run(["check", "1", "--sandbox", "none", "--seed", "7"], workspace / "01-attention", {"COLUMNS": "80"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    text = normalise(proc.stdout, workspace.parent)
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    rows = [line for line in text.splitlines() if line[:1] in ("✓", "✗", "!", "⏱", "-")]
+    assert rows and len(rows) == len(set(rows)), text
+    compare(case, text)

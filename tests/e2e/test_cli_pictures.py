@@ -1,0 +1,98 @@
+"""The pictures of a failure through the real entry point (the installed `lumen-ex` script), against
+goldens in tests/golden/ (LUMEN_EX_UPDATE_GOLDEN=1 rewrites them; read the diff): the heatmap of a
+misaligned causal mask, of a mask that lets the future leak in, of an inverted mask, and the shape
+diagram of an output that lost an axis (tests/golden/check-shape.txt has the transposed output).
+Each golden is the first-failure panel down to its picture, without colour (NO_COLOR, not a terminal): the picture
+must read from its characters alone. The JSON form must carry the same picture as a decodable PNG
+and still validate against docs/result.schema.json."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+from test_cli import REFERENCE, compare, normalise, put, run, workspace  # noqa: F401,F811  (workspace: a fixture)
+from test_pictures import decode_png
+
+SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "result.schema.json"
+CORRECT = (REFERENCE / "attention.py").read_text()
+CORRECT_ATTENTION = '''
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+'''
+HEADER = "import math\n\nimport torch\n\n\ndef scaled_dot_product_attention(q, k, v, mask=None):"
+
+
+def submission(body: str, output: str = "weights @ v", causal: str = "k_pos <= q_pos") -> str:
+    return f'''{HEADER}{body}    return {output}, weights
+
+
+def causal_mask(L_q, L_k=None, device=None):
+    L_k = L_q if L_k is None else L_k
+    q_pos = torch.arange(L_q, device=device)[:, None] + (L_k - L_q)
+    k_pos = torch.arange(L_k, device=device)[None, :]
+    return {causal}
+'''
+
+
+CAUSAL_TOP_LEFT = submission(CORRECT_ATTENTION, causal="torch.ones(L_q, L_k, dtype=torch.bool, device=device).tril()")
+MASK_MULTIPLIED = submission(CORRECT_ATTENTION.replace('scores.masked_fill(~mask, float("-inf"))', "scores * mask"))
+MASK_INVERTED = submission(CORRECT_ATTENTION.replace("masked_fill(~mask", "masked_fill(mask"))
+OUTPUT_LOSES_AN_AXIS = submission(CORRECT_ATTENTION, output="(weights @ v).flatten(-2)")
+
+
+def first_failure_panel(stdout: str) -> str:
+    """The first-failure panel down to the end of its picture: the named-mistake sentence after it
+    ("likely mistake: ..." / "try: ...") is the misconception catalogue's, with goldens of its own."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if "first failure:" in line and line.startswith("╭"))
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("╰"))
+    cut = next((i for i in range(start, end) if lines[i].startswith(("│ likely mistake", "│ try:"))), end)
+    return "\n".join(lines[start:cut] + [lines[end]]) + "\n"
+
+
+@pytest.mark.parametrize("case,source,marks", [
+    ("pictures-causal-top-left", CAUSAL_TOP_LEFT, ["causal_mask: rows = queries, columns = keys", "■ ■ ■ ■ · · ·", "- - -"]),
+    ("pictures-mask-multiplied", MASK_MULTIPLIED, ["weights [B=", "+ yours larger"]),
+    ("pictures-mask-inverted", MASK_INVERTED, ["weights [B=", "- yours smaller"]),
+    ("pictures-shape-missing-axis", OUTPUT_LOSES_AN_AXIS, ["expected  B  H  L_q  d_v", "^"]),
+])
+def test_pictures_in_the_terminal(workspace, case, source, marks):  # noqa: F811 (the fixture)
+    put(workspace, source)
+    proc = run(["check", "1", "--sandbox", "none", "--seed", "7"], workspace / "01-attention")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "\x1b[" not in proc.stdout, "colour escapes with NO_COLOR set"
+    panel = normalise(first_failure_panel(proc.stdout), workspace.parent)
+    for mark in marks:
+        assert mark in panel, f"{mark!r} not in\n{panel}"
+    compare(case, panel)
+
+
+def test_json_embeds_the_png_and_validates(workspace):  # noqa: F811 (the fixture)
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(SCHEMA.read_text())
+    put(workspace, MASK_INVERTED)
+    proc = run(["check", "1", "--sandbox", "none", "--seed", "7", "--format", "json"], workspace)
+    assert proc.returncode == 1
+    doc = json.loads(proc.stdout)
+    jsonschema.validate(doc, schema)
+    heatmaps = [t["diagnosis"]["details"]["heatmap"] for t in doc["tests"]
+                if t["diagnosis"] and "heatmap" in t["diagnosis"].get("details", {})]
+    assert len(heatmaps) >= 5
+    first = heatmaps[0]
+    assert first["kind"] == "weights" and first["rows"] == "queries" and first["cols"] == "keys"
+    n_rows, n_cols = len(first["expected"]), len(first["expected"][0])
+    assert [n_rows, n_cols] == first["shape"] == [5, 7] and not first["cropped"]
+    img = decode_png(base64.b64decode(first["png_base64"]))
+    assert img["width"] > img["height"] > 0 and img["text"]["Title"] == first["title"]
+    # an inverted mask: each row's expected zeros are where yours is not, and the other way round
+    for exp_row, got_row in zip(first["expected"], first["got"]):
+        assert all((e == 0) != (g == 0) for e, g in zip(exp_row, got_row))
+    # small: every picture together stays a fraction of the document
+    pictures = sum(len(json.dumps(h)) for h in heatmaps)
+    assert all(len(h["png_base64"]) < 6000 for h in heatmaps)
+    assert pictures < 60_000, pictures

@@ -1,0 +1,202 @@
+"""A rerun of `lumen-ex grade` never keeps a result that is no longer true (src/lumen_ex/classroom/store.py).
+
+Through the real entry point, under bwrap: a student edits a file (regraded, with the reason), a
+result that was a grader error ("no result from the cluster job") is retried, a bumped catalogue
+version makes every result stale (a copy of the catalogue, through LUMEN_EX_CATALOG), `--status`
+says all this without grading, `--format` on a resumed run writes the views of kept results, and a
+SIGKILL in the middle of `--force` leaves the results from before it, never a mix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import CORPUS, ROOT, requires_bwrap
+from test_cli import LUMEN_EX
+from test_grade import grade, put
+
+from lumen_ex.classroom import store as grade_store
+from lumen_ex.classroom.scheduler import grader_error_result, record
+from lumen_ex.core import catalog
+from lumen_ex.core.results import SandboxInfo
+
+CAT = catalog.load()
+EX1 = CAT.find(1)
+REF1 = ROOT / "src/lumen_ex/reference" / EX1.file
+BUGGY = CORPUS / "attention" / "buggy" / "no_scale.py"
+
+
+def records(out: Path) -> dict[str, dict]:
+    """Student key -> the record of its exercise 1 result."""
+    return {p.parent.name: json.loads(p.read_text())
+            for p in sorted((out / "results").glob(f"*/{EX1.dir}{grade_store.RECORD_SUFFIX}"))}
+
+
+def document(out: Path, key: str) -> dict:
+    return json.loads((out / "results" / key / f"{EX1.dir}.json").read_text())
+
+
+def bumped_catalogue(tmp: Path, version: str) -> Path:
+    text = (ROOT / "src/lumen_ex/exercises" / "catalog.toml").read_text()
+    copy = tmp / "catalog.toml"
+    copy.write_text(text.replace(f'version = "{CAT.version}"', f'version = "{version}"', 1))
+    assert catalog.load(copy).version == version
+    return copy
+
+
+@requires_bwrap
+def test_a_rerun_regrades_what_changed_and_says_why(tmp_path):
+    subs = tmp_path / "submissions"
+    put(subs / "alice", EX1.file, REF1)
+    put(subs / "bob", EX1.file, BUGGY)
+    out = tmp_path / "out"
+    args = [str(subs), "-e", "1", "--out", str(out), "--sandbox", "bwrap", "--jobs", "2"]
+    first = grade(args, tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    seed = json.loads((out / "class.json").read_text())["seed"]
+    before = records(out)
+    assert set(before) == {"alice", "bob"}
+    for key, rec in before.items():
+        fp = rec["fingerprint"]
+        assert fp["seed"] == seed and document(out, key)["seed"] == seed
+        assert fp["versions"] == {"lumen_ex": document(out, key)["versions"]["lumen_ex"], "catalog": CAT.version}
+        assert fp["files"][EX1.path] == document(out, key)["source"]["sha256"]     # exactly the bytes graded
+
+    # nothing changed: nothing is graded, and --status says so
+    same = grade(args, tmp_path)
+    assert "nothing left to grade" in same.stdout and records(out) == before
+    status = grade([*args, "--status"], tmp_path)
+    assert status.returncode == 0 and "2 up to date" in status.stdout, status.stdout
+
+    # bob fixes his file; alice's result is a grader error from the cluster
+    (subs / "bob" / EX1.file).write_text(REF1.read_text())
+    record(out, "alice", EX1, grader_error_result(
+        EX1, "no result from the cluster job for index 0 (the pod failed, was not run, or ran past its deadline)",
+        sandbox=SandboxInfo("docker", True), device="cpu", seed=seed))
+    status = grade([*args, "--status"], tmp_path)
+    assert status.returncode == 1, status.stdout
+    assert "1 failed, 1 stale" in status.stdout
+    assert records(out)["bob"] == before["bob"]                                      # --status grades nothing
+    rerun = grade(args, tmp_path)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert f"regrading bob {EX1.dir}: {EX1.path} changed" in rerun.stdout, rerun.stdout
+    assert f"regrading alice {EX1.dir}: the last grading was a grader error (no result from the cluster job" \
+        in rerun.stdout
+    assert "grading 2 checks of 2 students" in rerun.stdout
+    assert document(out, "bob")["status"] == "pass" and document(out, "alice")["status"] == "pass"
+    after = records(out)
+    assert after["bob"]["fingerprint"]["files"] != before["bob"]["fingerprint"]["files"]
+
+    # a new catalogue version: every result is stale; regrading one student records the new version
+    env = {"LUMEN_EX_CATALOG": str(bumped_catalogue(tmp_path, "2099.1.1"))}
+    status = grade([*args, "--status"], tmp_path, env)
+    assert status.stdout.count(f"the catalogue {CAT.version} -> 2099.1.1") == 2 and "2 stale" in status.stdout, \
+        status.stdout
+    one = grade([*args, "--student", "alice"], tmp_path, env)
+    assert f"regrading alice {EX1.dir}: the catalogue {CAT.version} -> 2099.1.1" in one.stdout, one.stdout
+    assert document(out, "alice")["versions"]["catalog"] == "2099.1.1"
+    assert records(out)["alice"]["fingerprint"]["versions"]["catalog"] == "2099.1.1"
+    assert records(out)["bob"] == after["bob"]
+
+    # --format on a resumed run writes the views of the results it keeps (alice's), not only of bob's
+    views = grade([*args, "--format", "junit", "--format", "gradescope"], tmp_path, env)
+    assert "resuming: 1 checks already graded are kept" in views.stdout and "regrading alice" not in views.stdout
+    assert f"regrading bob {EX1.dir}: the catalogue {CAT.version} -> 2099.1.1" in views.stdout
+    for key in ("alice", "bob"):
+        assert (out / "results" / key / f"{EX1.dir}.junit.xml").is_file()
+        assert (out / "results" / key / f"{EX1.dir}.gradescope.json").is_file()
+
+
+def _graders_of(out: Path) -> list[int]:
+    """Processes whose command line names ``out`` (the grading processes label themselves with it)."""
+    found = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if str(out).encode() in (p / "cmdline").read_bytes():
+                    found.append(int(p.name))
+            except OSError:
+                pass
+    return found
+
+
+@requires_bwrap
+def test_a_kill_during_force_never_leaves_a_mix(tmp_path):
+    subs = tmp_path / "submissions"
+    for i in range(3):
+        put(subs / f"s{i}", EX1.file, REF1 if i % 2 == 0 else BUGGY)
+    out = tmp_path / "out"
+    args = [str(subs), "-e", "1", "--out", str(out), "--sandbox", "bwrap", "--jobs", "1", "--seed", "4"]
+    first = grade(args, tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    before = records(out)
+    old_run = {r["run"] for r in before.values()}
+    assert len(old_run) == 1
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FORCE_COLOR", "CLICOLOR"))}
+    proc = subprocess.Popen([LUMEN_EX, "grade", *args, "--force"], cwd=tmp_path, env={**env, "NO_COLOR": "1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    staged = []
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None and not staged:
+        staged = list((out / grade_store.STAGING).glob(f"*/results/*/{EX1.dir}.json"))
+        time.sleep(0.05)
+    assert staged and proc.poll() is None, "the --force run finished before a new result was staged"
+    proc.send_signal(signal.SIGKILL)        # no clean-up of its own
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 120
+    while _graders_of(out) and time.monotonic() < deadline:   # its grading processes finish and go
+        time.sleep(0.2)
+    assert records(out) == before, "a killed --force run replaced some results"
+
+    kept = grade(args, tmp_path)                                          # without --force: all kept
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert "an earlier --force run did not finish" in kept.stdout and "nothing left to grade" in kept.stdout
+    assert records(out) == before and not list((out / grade_store.STAGING).glob("*/results"))
+
+    forced = grade([*args, "--force"], tmp_path)                          # a complete --force: all new
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    after = records(out)
+    assert set(after) == set(before) and len({r["run"] for r in after.values()} | old_run) == 2
+    assert len({r["run"] for r in after.values()}) == 1
+
+
+def test_a_swap_cut_short_is_finished_by_the_next_run(tmp_path):
+    """The journal of src/lumen_ex/classroom/store.py: a kill between the moves is rolled forward."""
+    out = tmp_path / "out"
+    for key in ("a", "b"):
+        grade_store.write_result(out, key, EX1.dir, '{"old": 1}\n', None, "")
+    staged = grade_store.staging_dir(out, "run-2")
+    for key in ("a", "b"):
+        grade_store.write_result(staged, key, EX1.dir, '{"new": 2}\n', None, "")
+    (out / grade_store.STAGING / grade_store.JOURNAL).write_text(json.dumps({"staged": "run-2"}))
+    os.replace(grade_store.document_path(staged, "a", EX1.dir), grade_store.document_path(out, "a", EX1.dir))
+    notes = grade_store.recover(out)          # as if killed after moving a's result
+    assert notes == ["an earlier --force run was stopped while it stored its results: they are now all in place"]
+    assert {k: grade_store.document_path(out, k, EX1.dir).read_text() for k in "ab"} == \
+        {"a": '{"new": 2}\n', "b": '{"new": 2}\n'}
+    assert not (out / grade_store.STAGING / grade_store.JOURNAL).exists() and not staged.exists()
+
+
+@pytest.mark.parametrize("old,new,expected", [
+    ({"entry": {"entry": "lee.zip"}}, {"entry": {"entry": "lee"}}, "the stored result is of another entry (lee.zip)"),
+    ({"versions": {"lumen_ex": "0.1.0"}}, {"versions": {"lumen_ex": "0.2.0"}}, "lumen-ex 0.1.0 -> 0.2.0"),
+    ({"versions": {"image": "sha256:a"}}, {"versions": {"image": "sha256:b"}}, "the grader image sha256:a -> sha256:b"),
+    ({"seed": 1}, {"seed": 2}, "the class seed 1 -> 2"),
+])
+def test_each_difference_is_named(old, new, expected):
+    base = grade_store.fingerprint(name="lee", entry="lee", kind="folder", files={}, problem="",
+                                   versions={"lumen_ex": "0.1.0", "catalog": "1"}, seed=1, device="cpu")
+    was = {**base, **old, "versions": {**base["versions"], **old.get("versions", {})}}
+    now = {**base, **new, "versions": {**base["versions"], **new.get("versions", {})}}
+    if "entry" in old:
+        was["entry"] = {**base["entry"], **old["entry"]}
+        now["entry"] = {**base["entry"], **new["entry"]}
+    assert any(expected in why for why in grade_store.differences(was, now))
+    assert grade_store.differences(base, base) == []

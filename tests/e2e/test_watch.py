@@ -1,0 +1,355 @@
+"""`lumen-ex watch`: re-checks on save, fresh worker per check, file events, polling, clean exit.
+
+Everything runs for real: the sandbox (bwrap where it works here, else the unisolated mode), the
+worker processes, inotify or polling, real files written the ways editors write them.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, best_sandbox, interruptible, make_workspace
+
+from lumen_ex.core.errors import SandboxUnavailable
+from lumen_ex.learner.watch import Inotify, WatchSession
+
+LUMEN_EX = str(Path(sys.executable).parent / "lumen-ex")
+REFERENCE = (ROOT / "src/lumen_ex/reference" / "attention.py").read_text()
+NO_SCALE = REFERENCE.replace("/ math.sqrt(d_k)", "")
+assert NO_SCALE != REFERENCE
+
+# Wrong (no scale), and leaves a mark in the worker process when imported.
+MARKS_THE_WORKER = NO_SCALE + """
+
+torch.lumen_was_here = True
+"""
+
+# Correct, but only in a worker that nothing imported into before: a reused worker would still
+# hold the mark (or the first module itself, cached), and this check would fail.
+CORRECT_IN_A_FRESH_WORKER = REFERENCE + """
+
+_reference = scaled_dot_product_attention
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    out, weights = _reference(q, k, v, mask)
+    return (out + 1 if getattr(torch, "lumen_was_here", False) else out), weights
+"""
+
+CHANGE_TIMEOUT = 10.0
+
+
+def save(path: Path, text: str) -> None:
+    """Save in place, as most editors do: one IN_CLOSE_WRITE."""
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def save_by_rename(path: Path, text: str) -> None:
+    """Save as vim/emacs/IDEs with 'atomic save' do: write a temporary file, rename it over."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def next_change(session: WatchSession, timeout: float = CHANGE_TIMEOUT):
+    return next(session.wait_for_change(timeout=timeout), None)
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    return make_workspace(tmp_path).root
+
+
+@pytest.fixture
+def session_factory(workspace):
+    made = []
+
+    def make(**kwargs) -> WatchSession:
+        kwargs.setdefault("sandbox", best_sandbox())
+        session = WatchSession("1", workspace=workspace, seed=7, device="cpu", record=False, **kwargs)
+        made.append(session)
+        return session
+
+    yield make
+    for session in made:
+        session.close()
+
+
+def exercise_file(workspace: Path) -> Path:
+    return workspace / "01-attention" / "attention.py"
+
+
+def test_rechecks_after_each_save_stub_reference_buggy(session_factory, workspace):
+    session = session_factory()
+    target = exercise_file(workspace)
+    statuses = [session.check_once().status.value]            # the stub as created
+
+    save(target, REFERENCE)
+    change = next_change(session)
+    assert change is not None and change.source == "inotify"
+    statuses.append(session.check_once().status.value)
+
+    save(target, NO_SCALE)
+    assert next_change(session) is not None
+    buggy = session.check_once()
+    statuses.append(buggy.status.value)
+
+    assert statuses == ["fail", "pass", "fail"]
+    assert session.checks == 3
+    # The re-check says what is wrong with the new content, not the old.
+    assert any(t.status.value == "fail" and t.group == "values" for t in buggy.tests)
+    assert not any("not implemented" in (t.message or "") for t in buggy.tests)
+
+
+def test_save_without_a_change_does_not_recheck(session_factory, workspace):
+    session = session_factory()
+    target = exercise_file(workspace)
+    session.check_once()
+    stub = target.read_text()
+
+    save(target, stub)                      # same bytes: an editor's ":w" with nothing changed
+    save_by_rename(target, stub)            # same bytes, new inode
+    os.utime(target)                        # a touch
+    assert next_change(session, timeout=1.5) is None
+    assert session.checks == 1
+
+    save(target, stub + "\n# edited\n")     # then a real edit is seen at once
+    assert next_change(session) is not None
+
+
+def test_each_check_gets_a_fresh_worker(session_factory, workspace):
+    session = session_factory()
+    target = exercise_file(workspace)
+    save(target, MARKS_THE_WORKER)
+    assert session.check_once().status.value == "fail"
+
+    save(target, CORRECT_IN_A_FRESH_WORKER)
+    assert next_change(session) is not None
+    second = session.check_once()
+    assert second.status.value == "pass", second.message   # nothing of the first run was seen
+
+    save(target, MARKS_THE_WORKER)
+    assert next_change(session) is not None
+    assert session.check_once().status.value == "fail"
+    save(target, CORRECT_IN_A_FRESH_WORKER + "\n# saved again\n")
+    assert next_change(session) is not None
+    assert session.check_once().status.value == "pass"
+
+    pids = [p for p in session.worker_pids if p is not None]
+    assert len(pids) == len(set(pids)) >= 3   # never the same worker process twice
+
+
+def test_a_save_by_rename_is_seen(session_factory, workspace):
+    session = session_factory()
+    target = exercise_file(workspace)
+    assert session.check_once().status.value == "fail"
+    save_by_rename(target, REFERENCE)
+    change = next_change(session)
+    assert change is not None and change.source == "inotify"
+    assert session.check_once().status.value == "pass"
+
+
+def test_polling_fallback_sees_saves(session_factory, workspace):
+    session = session_factory(poll=True)
+    target = exercise_file(workspace)
+    assert session.check_once().status.value == "fail"
+
+    save(target, REFERENCE)
+    change = next_change(session)
+    assert change is not None and change.source == "poll"
+    assert session.check_once().status.value == "pass"
+
+    save_by_rename(target, NO_SCALE)
+    assert next_change(session) is not None
+    assert session.check_once().status.value == "fail"
+
+    save(target, NO_SCALE)                       # unchanged content: nothing to do
+    assert next_change(session, timeout=1.0) is None
+
+
+def test_a_save_during_a_check_is_not_lost(session_factory, workspace):
+    import threading
+
+    session = session_factory()
+    target = exercise_file(workspace)
+    session.check_once()
+    save(target, "import time\ntime.sleep(3)\n" + REFERENCE)   # the worker takes 3 s to import it
+    assert next_change(session) is not None
+    later = threading.Timer(1.0, save, (target, NO_SCALE))       # saved while that check runs
+    later.start()
+    try:
+        session.check_once()
+    finally:
+        later.join()
+    assert next_change(session) is not None
+    assert session.check_once().status.value == "fail"
+    assert next_change(session, timeout=1.0) is None
+
+
+def test_the_prepared_pytest_session_gives_the_same_verdicts(session_factory, workspace):
+    from lumen_ex.harness.check import run_check
+
+    save(exercise_file(workspace), NO_SCALE)
+    cold = run_check("1", workspace=workspace, sandbox=best_sandbox(), seed=7, device="cpu", record=False)
+    session = session_factory()
+    session.check_once()                    # the first check collects the suite itself
+    save(exercise_file(workspace), NO_SCALE + "\n# again\n")
+    assert next_change(session) is not None
+    assert session._prepared is not None    # the next one runs in a session collected in advance
+    warm = session.check_once()
+
+    def verdicts(result):
+        return [(t.id, t.status.value, t.diagnosis.kind if t.diagnosis else None, t.score) for t in result.tests]
+
+    assert verdicts(warm) == verdicts(cold)
+    assert (warm.status, warm.score, warm.message) == (cold.status, cold.score, cold.message)
+
+
+def test_inotify_reports_only_the_watched_file(tmp_path):
+    try:
+        watcher = Inotify(tmp_path, "attention.py")
+    except OSError as exc:
+        pytest.skip(f"inotify unavailable: {exc}")
+    try:
+        (tmp_path / "other.py").write_text("x")
+        time.sleep(0.05)
+        assert watcher.read() is False
+        (tmp_path / "attention.py").write_text("x")
+        time.sleep(0.05)
+        assert watcher.read() is True
+    finally:
+        watcher.close()
+
+
+def test_docker_is_refused_with_a_next_step(workspace):
+    with pytest.raises(SandboxUnavailable) as info:
+        WatchSession("1", workspace=workspace, sandbox="docker")
+    assert "not supported in watch mode" in info.value.message and "bwrap" in info.value.next_step
+
+
+# -------------------------------------------------------------------------------------------------
+# The command: Ctrl-C leaves nothing behind
+
+
+def _children(pid: int) -> set[int]:
+    """Every live descendant of ``pid``."""
+    parent = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parent[int(entry)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _cgroups_of(pid: int) -> list[Path]:
+    root = Path("/sys/fs/cgroup")
+    return [p for p in root.glob(f"**/lumen-ex-{pid}-*") if p.is_dir()] if root.is_dir() else []
+
+
+class WatchProcess:
+    def __init__(self, workspace: Path, *args: str):
+        self.proc = subprocess.Popen(
+            [LUMEN_EX, "watch", "1", "--workspace", str(workspace), "--sandbox", best_sandbox(),
+             "--seed", "3", *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, COLUMNS="120"),
+            preexec_fn=interruptible)
+        self.out = b""
+
+    def wait_footers(self, n: int, timeout: float = 120) -> str:
+        deadline = time.monotonic() + timeout
+        while self.out.count(b"Ctrl-C to stop") < n:
+            assert time.monotonic() < deadline, f"no footer in time:\n{self.out.decode()}"
+            assert self.proc.poll() is None, f"watch exited:\n{self.out.decode()}\n{self.proc.stderr.read().decode()}"
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
+            if ready:
+                self.out += os.read(self.proc.stdout.fileno(), 1 << 16)
+        return self.out.decode()
+
+    def interrupt(self) -> tuple[int, str]:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+        return self.proc.returncode, self.proc.stderr.read().decode()
+
+
+def interrupt_and_check_nothing_is_left(watch: WatchProcess, children: list[int]) -> None:
+    """Ctrl-C the watcher: it exits 0 without a traceback, and its workers and cgroups are gone."""
+    assert watch.proc.poll() is None, f"the watcher ended early: {watch.proc.returncode}"
+    try:
+        code, err = watch.interrupt()
+    finally:
+        if watch.proc.poll() is None:
+            watch.proc.kill()
+    assert code == 0, err
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in children if _alive(p)]
+    assert not _cgroups_of(watch.proc.pid)
+    assert "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_ctrl_c_exits_0_and_leaves_no_worker_or_cgroup(workspace):
+    watch = WatchProcess(workspace)
+    try:
+        text = watch.wait_footers(1)
+        assert "lumen-ex check 1" in text and "watching 01-attention/attention.py (Ctrl-C to stop)" in text
+        save(exercise_file(workspace), REFERENCE)
+        text = watch.wait_footers(2)
+        assert "All tests passed" in text.split("Ctrl-C to stop")[1]
+        time.sleep(0.5)   # the next worker is launched as soon as the result is shown
+        children = _children(watch.proc.pid)
+        assert children, "a worker should be kept waiting for the next save"
+    except BaseException:
+        watch.proc.kill()
+        raise
+    interrupt_and_check_nothing_is_left(watch, children)
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_check_exits_0_and_leaves_nothing(workspace):
+    slow_import = "import time\ntime.sleep(30)\n" + REFERENCE
+    watch = WatchProcess(workspace)
+    try:
+        watch.wait_footers(1)
+        save(exercise_file(workspace), slow_import)
+        time.sleep(1.5)                         # the check is now waiting for the import
+        children = _children(watch.proc.pid)
+        assert children
+    except BaseException:
+        watch.proc.kill()
+        raise
+    interrupt_and_check_nothing_is_left(watch, children)
+
+
+def test_watch_has_help_and_is_in_the_readme():
+    proc = subprocess.run([LUMEN_EX, "watch", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "Usage: lumen-ex watch" in proc.stdout and "--poll" in proc.stdout
+    assert "lumen-ex watch" in (ROOT / "README.md").read_text()

@@ -1,0 +1,329 @@
+"""The sandboxes themselves, probed from inside by real code through the real worker.
+
+Each probe is a tiny learner module whose functions report what they could see or do; the tests
+assert on those reports (isolation) or on how the worker died (limits). Nothing is mocked: the
+probe runs under the same launcher, limits and pipes as a learner's code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import requires_bwrap
+
+from lumen_ex.harness.client import WorkerCrashed, WorkerFailure, WorkerPool
+from lumen_ex.harness.proxy import Submission
+from lumen_ex.sandbox.base import WorkerSpec
+from lumen_ex.sandbox.bwrap import BwrapLauncher
+from lumen_ex.sandbox.cgroups import Cgroup, Limits
+from lumen_ex.sandbox.unisolated import UnisolatedLauncher
+
+PROBES = textwrap.dedent('''
+    import json, os, socket, subprocess, sys, time
+
+    def facts():
+        status = open("/proc/self/status").read()
+        field = lambda name: status.split(name + ":")[1].split()[0]
+        out = {"uid": os.getuid(), "gid": os.getgid(), "cap_eff": field("CapEff"),
+               "no_new_privs": field("NoNewPrivs"), "env": dict(os.environ),
+               "fds": sorted(int(f) for f in os.listdir("/proc/self/fd")),
+               "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+               "root": sorted(os.listdir("/")), "hostname": socket.gethostname(),
+               "interfaces": sorted(os.listdir("/sys/class/net")) if os.path.isdir("/sys/class/net") else None}
+        return json.dumps(out)
+
+    def try_connect(host, port):
+        try:
+            socket.create_connection((host, int(port)), timeout=3).close()
+            return "connected"
+        except OSError as exc:
+            return type(exc).__name__ + ": " + str(exc)
+
+    def try_resolve(name):
+        try:
+            return "resolved " + str(socket.getaddrinfo(name, 80)[0][4])
+        except OSError as exc:
+            return type(exc).__name__
+
+    def try_write(path):
+        try:
+            with open(path, "w") as f:
+                f.write("written by the sandbox")
+            return "written"
+        except OSError as exc:
+            return type(exc).__name__ + ": " + str(exc.strerror)
+
+    def try_read(path):
+        try:
+            return "read " + str(len(open(path, "rb").read()))
+        except OSError as exc:
+            return type(exc).__name__
+
+    def listdir(path):
+        try:
+            return json.dumps(sorted(os.listdir(path)))
+        except OSError as exc:
+            return type(exc).__name__
+
+    def fork_bomb(n):
+        children = 0
+        for _ in range(int(n)):
+            try:
+                pid = os.fork()
+            except OSError:
+                break
+            if pid == 0:
+                time.sleep(60)
+                os._exit(0)
+            children += 1
+        return children
+
+    def daemon(marker):
+        # Detach a grandchild into its own session, as a learner might to outlive the check.
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.execv("/bin/sleep", [marker, "300"])
+            os._exit(0)
+        time.sleep(0.5)
+        return "started"
+
+    def eat_memory(mb):
+        import torch
+        try:
+            t = torch.ones(int(mb) * 1024 * 1024 // 8, dtype=torch.float64)
+            return "allocated " + str(float(t.sum()))
+        except (RuntimeError, MemoryError) as exc:
+            return "refused: " + type(exc).__name__
+
+    def spin():
+        while True:
+            pass
+
+    def write_big(path, mb):
+        try:
+            with open(path, "wb") as f:
+                for _ in range(int(mb)):
+                    f.write(b"x" * (1024 * 1024))
+            return "wrote " + str(mb)
+        except OSError as exc:
+            return type(exc).__name__ + ": " + str(exc.strerror)
+''')
+
+
+def pool_for(tmp_path: Path, launcher, limits: Limits = Limits(), call_timeout: float = 30.0) -> Submission:
+    ws = tmp_path / "ws"
+    (ws / "probe").mkdir(parents=True)
+    (ws / "probe" / "probe_mod.py").write_text(PROBES)
+    (ws / "probe" / "other.txt").write_text("learner file")
+    spec = WorkerSpec(workspace=ws, module_dir=ws / "probe", device="cpu", limits=limits)
+    names = ["facts", "try_connect", "try_resolve", "try_write", "try_read", "listdir", "fork_bomb",
+             "daemon", "eat_memory", "spin", "write_big"]
+    pool = WorkerPool(launcher, spec, module="probe_mod", functions=names, call_timeout=call_timeout)
+    sub = Submission(pool, "cpu", "probe_mod.py")
+    sub.pool = pool
+    return sub
+
+
+@pytest.fixture
+def bwrap(tmp_path):
+    sub = pool_for(tmp_path, BwrapLauncher())
+    yield sub
+    sub.pool.close()
+
+
+@pytest.fixture(params=["bwrap", "none"])
+def any_sandbox(request, tmp_path):
+    if request.param == "bwrap" and not BwrapLauncher.availability().ok:
+        pytest.skip(BwrapLauncher.availability().reason)
+    launcher = BwrapLauncher() if request.param == "bwrap" else UnisolatedLauncher()
+    sub = pool_for(tmp_path, launcher)
+    yield sub
+    sub.pool.close()
+
+
+# -------------------------------------------------------------------------------------------------
+# Isolation (bwrap)
+
+
+@requires_bwrap
+def test_unprivileged_without_capabilities(bwrap):
+    facts = json.loads(bwrap.facts())
+    assert (facts["uid"], facts["gid"]) == (65534, 65534)
+    assert int(facts["cap_eff"], 16) == 0
+    assert facts["no_new_privs"] == "1"
+
+
+@requires_bwrap
+def test_own_pid_namespace_and_clean_environment(bwrap, monkeypatch):
+    facts = json.loads(bwrap.facts())
+    assert len(facts["pids"]) <= 3, facts["pids"]          # bwrap's init, the worker, nothing else
+    assert set(facts["env"]) <= {"PATH", "HOME", "LANG", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                 "PYTHONHASHSEED", "PYTHONUNBUFFERED", "PWD", "LC_CTYPE"}
+    assert facts["hostname"] == "lumen-sandbox"
+
+
+@requires_bwrap
+def test_no_inherited_descriptors(tmp_path):
+    leak = open(tmp_path / "leak.txt", "w")           # an fd open in the harness must not get in
+    os.set_inheritable(leak.fileno(), True)
+    sub = pool_for(tmp_path / "x", BwrapLauncher())
+    try:
+        fds = set(json.loads(sub.facts())["fds"])
+        argv = sub.pool.worker.launched.proc.args
+        protocol = {int(argv[argv.index("fds") + 1]), int(argv[argv.index("fds") + 2])}
+        listing = max(fds - protocol)                      # the fd os.listdir itself opened
+        assert fds == {0, 1, 2} | protocol | {listing}, fds
+        assert leak.fileno() not in fds - {listing}
+    finally:
+        sub.pool.close()
+        leak.close()
+
+
+@requires_bwrap
+def test_no_network(bwrap):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    try:
+        port = listener.getsockname()[1]
+        assert bwrap.try_connect("127.0.0.1", port).startswith(("ConnectionRefusedError", "OSError"))
+        assert bwrap.try_connect("1.1.1.1", 53).startswith("OSError")
+        assert not bwrap.try_resolve("pypi.org").startswith("resolved")
+    finally:
+        listener.close()
+
+
+@requires_bwrap
+def test_filesystem_read_only_and_private(bwrap, tmp_path):
+    assert "Read-only" in bwrap.try_write("/workspace/probe/other.txt")
+    assert "Read-only" in bwrap.try_write("/workspace/new.txt") or "Permission" in bwrap.try_write("/workspace/new.txt")
+    assert bwrap.try_write("/usr/x").startswith(("OSError", "PermissionError"))
+    marker = f"lumen-probe-{uuid.uuid4().hex}"
+    assert bwrap.try_write(f"/tmp/{marker}") == "written"
+    assert not (Path("/tmp") / marker).exists()         # the sandbox's /tmp is its own tmpfs
+    assert (tmp_path / "ws" / "probe" / "other.txt").read_text() == "learner file"
+
+
+@requires_bwrap
+def test_grader_files_are_invisible(bwrap):
+    import lumen_ex.graders
+    import lumen_ex.reference
+
+    for pkg in (lumen_ex.graders, lumen_ex.reference):
+        folder = Path(pkg.__file__).parent
+        listing = bwrap.listdir(str(folder))
+        assert listing in ("FileNotFoundError", "[]"), listing
+        assert bwrap.try_read(str(folder / "__init__.py")).startswith(("FileNotFound", "Permission"))
+    assert bwrap.try_read("/etc/shadow") == "FileNotFoundError"
+    assert bwrap.listdir("/root") in ("FileNotFoundError", "PermissionError", "[]", '[".pyenv"]')
+
+
+@requires_bwrap
+def test_installed_package_is_masked():
+    """Every lumen_ex package folder inside a mounted runtime folder (as in a normal, non-editable
+    install into site-packages) is covered by an empty tmpfs in the sandbox."""
+    from lumen_ex.sandbox import bwrap as bw
+
+    runtime = bw.python_runtime()
+    masked = bw._grader_dirs(runtime.mounts)
+    for folder in [str(bw.package_dir())]:
+        inside = any(Path(folder).is_relative_to(m) for m in runtime.mounts)
+        assert (folder in masked) == inside
+
+
+# -------------------------------------------------------------------------------------------------
+# Limits, under every sandbox (bwrap and the unisolated mode share the enforcement)
+
+
+def test_fork_bomb_is_stopped(any_sandbox):
+    forked = any_sandbox.fork_bomb(300)
+    assert forked < Limits().processes, f"{forked} processes forked past a limit of {Limits().processes}"
+
+
+def test_memory_bomb_is_stopped(any_sandbox):
+    """Touching twice the limit either kills the worker (cgroup) or fails the allocation (rlimit)."""
+    try:
+        result = any_sandbox.eat_memory(2 * Limits().memory_mb)
+    except WorkerCrashed as exc:
+        assert "out of memory" in str(exc), str(exc)
+    else:
+        assert result.startswith("refused"), result
+
+
+def test_memory_limit_without_a_cgroup_falls_back_to_rlimit(tmp_path, monkeypatch):
+    """With no cgroup (a normal user's laptop), RLIMIT_AS holds memory on the CPU."""
+    monkeypatch.setattr(Cgroup, "create", classmethod(lambda cls, limits: None))
+    sub = pool_for(tmp_path, UnisolatedLauncher())
+    try:
+        assert sub.pool.enforced["memory"].startswith("rlimit")
+        assert sub.eat_memory(4 * Limits().memory_mb).startswith("refused")
+    finally:
+        sub.pool.close()
+
+
+def test_cpu_time_limit(tmp_path):
+    sub = pool_for(tmp_path, UnisolatedLauncher(), limits=Limits(cpu_seconds=3), call_timeout=60)
+    try:
+        started = time.monotonic()
+        with pytest.raises(WorkerCrashed, match="CPU time limit"):
+            sub.spin()
+        assert time.monotonic() - started < 30
+    finally:
+        sub.pool.close()
+
+
+def test_file_size_limit(any_sandbox):
+    result = any_sandbox.write_big("/tmp/big.bin" if any_sandbox.pool.launcher.isolated else "big.bin", 40)
+    assert not result.startswith("wrote"), result
+    assert "too large" in result or "No space" in result
+
+
+def test_call_timeout_kills_and_restarts(tmp_path):
+    sub = pool_for(tmp_path, UnisolatedLauncher(), call_timeout=1.5)
+    try:
+        with pytest.raises(WorkerFailure, match="did not return within"):
+            sub.spin()
+        assert json.loads(sub.facts())["uid"] == os.getuid()   # a fresh worker answers
+        assert sub.pool.restarts == 1
+    finally:
+        sub.pool.close()
+
+
+def test_no_process_outlives_the_worker(any_sandbox):
+    marker = f"lumen-daemon-{uuid.uuid4().hex}"
+    assert any_sandbox.daemon(marker) == "started"
+    assert _processes_with(marker), "the probe's daemon should be running before cleanup"
+    any_sandbox.pool.close()
+    deadline = time.monotonic() + 5
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _processes_with(marker)
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def test_limits_mechanism_is_reported(any_sandbox):
+    enforced = any_sandbox.pool.enforced
+    assert set(enforced) >= {"memory", "processes", "cpu_time", "file_size"}
+    probe = Cgroup.create(Limits()) if os.geteuid() == 0 else None
+    if probe is not None:
+        probe.remove()
+        assert enforced["memory"].startswith("cgroup") and enforced["processes"].startswith("cgroup")
