@@ -3,7 +3,7 @@
 The seed chooses the hidden inputs (src/lumen_ex/graders/support/inputs.py), and nothing else may depend on it:
 a verdict that flips between seeds is a verdict nobody can trust. Every file in tests/corpus/
 (attention and kv_cache, correct and buggy, and the hostile attacks) is graded under each of
-SEEDS, through the real harness (lumen_ex.harness.check.grade: a real pytest session of the hidden suite,
+SEEDS, through the real harness (lumen_ex.harness.check.check_here: a real pytest session of the hidden suite,
 the real plugin, scoring and result record) against a real sandboxed worker, and the status, the
 score and every test's status must be identical across the seeds.
 
@@ -11,7 +11,7 @@ Doing 5 x ~130 gradings the ordinary way (one ``lumen-ex check`` each, ~2 s on a
 almost all of it two torch imports) would take over 20 minutes. This test pays the imports once:
 
 - the gradings run in a few warm grading processes ("shards", :func:`shard_main`), each of which
-  imports torch, pytest and the harness once and then calls ``lumen_ex.harness.check.grade`` for one job
+  imports torch, pytest and the harness once and then calls ``lumen_ex.harness.check.check_here`` for one job
   after another, like src/lumen_ex/classroom/grading_main.py does for ``lumen-ex grade``;
 - every job's worker is launched before the job before it is graded, so its torch import overlaps
   with that grading (src/lumen_ex/classroom/grading_main.py and src/lumen_ex/learner/watch.py do the same);
@@ -120,7 +120,7 @@ def grade_file(job: Job, workspace: Path, launched, launcher, seeds) -> list[dic
     """Grade ``job`` under every seed: one worker for all of them when ``job.reuse``, else a fresh
     one each (``launched`` serves the first seed)."""
     from lumen_ex.core import catalog
-    from lumen_ex.harness.check import grade, worker_spec
+    from lumen_ex.harness.check import check_here, worker_spec
 
     ex = catalog.load().find(job.exercise)
     learner_file = workspace / ex.dir / ex.file
@@ -130,12 +130,12 @@ def grade_file(job: Job, workspace: Path, launched, launcher, seeds) -> list[dic
     try:
         for i, seed in enumerate(seeds):
             if kept is not None:
-                first = kept if kept.keep else None      # None: grade() launches a fresh one
+                first = kept if kept.keep else None      # None: check_here() launches a fresh one
             else:   # this seed's worker, and the next seed's launched now, to overlap its start-up
                 first, ahead = ahead, (launcher.launch(worker_spec(ex, workspace, learner_file, "cpu"))
                                        if i + 1 < len(seeds) else None)
             started = time.monotonic()
-            result = grade(ex, workspace, learner_file, launcher, seed=seed, device="cpu",
+            result = check_here(ex, workspace, learner_file, launcher, seed=seed, device="cpu",
                            select=job.select, first=first, lean=True)
             out.append({"seed": seed, "seconds": round(time.monotonic() - started, 3), **verdict(result)})
     finally:

@@ -83,17 +83,13 @@ class Channel:
 
 
 def make_launcher(sandbox: str):
-    if sandbox.startswith("docker:"):
-        from lumen_ex.sandbox.docker import DockerSandbox
+    from lumen_ex.sandbox.select import from_spec
 
-        return DockerSandbox(sandbox.split(":", 1)[1])
-    from lumen_ex.sandbox.select import HOST_LAUNCHERS
-
-    return HOST_LAUNCHERS[sandbox]()
+    return from_spec(sandbox)
 
 
 def worker_spec(job: dict):
-    """The WorkerSpec that ``lumen_ex.harness.check.grade`` will ask for this job (so it can be started early)."""
+    """The WorkerSpec that ``lumen_ex.harness.check.check_here`` will ask for this job (so it can be started early)."""
     from lumen_ex.core import catalog
     from lumen_ex.harness.check import worker_spec as check_worker_spec
 

@@ -247,12 +247,11 @@ def prepare_safely(sub: Submission, exercises: list[Exercise], catalog: Catalog,
 
 def choose_sandbox(name: str, unsafe: bool) -> tuple[str, SandboxInfo, str]:
     """The grading processes' SANDBOX argument, what it is, and a note; refuses unisolated without --unsafe."""
-    from lumen_ex.sandbox.docker import DockerSandbox
-    from lumen_ex.sandbox.select import select_launcher
+    from lumen_ex.sandbox.select import select_backend
 
-    launcher, note = select_launcher(name)
-    if isinstance(launcher, DockerSandbox):
-        return f"docker:{launcher.image}", SandboxInfo("docker", True, {}, note), note
+    launcher, note = select_backend(name)
+    if not launcher.keeps_workers:    # docker: each check is a container run, its image named in the spec
+        return launcher.spec(), SandboxInfo(launcher.name, True, {}, note), note
     if not launcher.isolated and not unsafe:
         why = ("--sandbox none runs every student's code with your permissions" if name == "none" else
                f"no sandbox is available here ({note.strip()})")

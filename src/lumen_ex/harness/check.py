@@ -6,6 +6,7 @@ torch or pytest, so the two torch imports (the worker's and the harness's) overl
 
 from __future__ import annotations
 
+import functools
 import platform
 import time
 from pathlib import Path
@@ -25,21 +26,20 @@ from lumen_ex.core.results import (
     not_graded,
 )
 from lumen_ex.core.workspace import Workspace
-from lumen_ex.sandbox.base import Launcher, WorkerSpec
-from lumen_ex.sandbox.docker import DockerSandbox
-from lumen_ex.sandbox.select import select_launcher
+from lumen_ex.sandbox.base import Backend, Launcher, WorkerSpec
+from lumen_ex.sandbox.select import select_backend
 
 
 def worker_spec(ex, workspace: Path, learner_file: Path, device: str) -> WorkerSpec:
     """The sandboxed worker a check of ``ex`` asks for. Watch mode and ``lumen-ex grade`` start
-    workers in advance under this same spec, so that :func:`grade` takes them as its own."""
+    workers in advance under this same spec, so that :func:`check_here` takes them as its own."""
     return WorkerSpec(workspace=workspace, module_dir=learner_file.parent, device=resolve_device(device),
                       limits=ex.limits)
 
 
 def run_check(exercise: str | int, *, workspace: Path | None = None, sandbox: str = "auto",
               seed: int | None = None, device: str = "auto", record: bool = True,
-              select: str | None = None, launcher: Launcher | None = None) -> RunResult:
+              select: str | None = None, launcher: Backend | None = None) -> RunResult:
     """Grade ``exercise`` in ``workspace`` (found from the current folder when None).
 
     ``launcher`` overrides ``sandbox``: the grader image's entry point passes the launcher that
@@ -54,13 +54,11 @@ def run_check(exercise: str | int, *, workspace: Path | None = None, sandbox: st
     learner_file = ws.exercise_file(ex)
     seed = seeds.choose(seed)   # checked once, the same way for every sandbox
     warning = ""
-    if launcher is None:
-        launcher, warning = select_launcher(sandbox)
-    if isinstance(launcher, DockerSandbox):  # the whole check runs inside the grader container
-        result = launcher.run_check(ex, ws.root, seed=seed, device=device, select=select, note=warning)
-    else:
-        result = grade(ex, ws.root, learner_file, launcher, seed=seed, device=device, select=select,
-                       started=started, warning=warning)
+    backend = launcher
+    if backend is None:
+        backend, warning = select_backend(sandbox)
+    result = backend.run_check(ex, ws.root, learner_file, seed=seed, device=device, select=select, note=warning,
+                               check_here=functools.partial(check_here, started=started))
     if record and result.status is not Status.ERROR:
         try:
             ws.record_check(ex.slug, result.status.value, result.score, result.max_score)
@@ -70,7 +68,7 @@ def run_check(exercise: str | int, *, workspace: Path | None = None, sandbox: st
     return result
 
 
-def grade(ex, workspace: Path, learner_file: Path, launcher: Launcher, *, seed: int, device: str,
+def check_here(ex, workspace: Path, learner_file: Path, launcher: Launcher, *, seed: int, device: str,
           select: str | None = None, started: float | None = None, warning: str = "",
           first=None, lean: bool = False, run_tests=None) -> RunResult:
     """Run the hidden suite of ``ex`` in this process against workers started by ``launcher``.

@@ -8,7 +8,7 @@ worker). Watch mode pays that once:
   way, and torch here runs on one thread: on a busy 2-core machine a second OpenMP thread makes
   every small op ~10x slower);
 - a worker is kept warm: launched in advance in the sandbox, torch imported, its hello read, waiting
-  for its ``load`` request. A check hands it to :func:`lumen_ex.harness.check.grade`, which loads the
+  for its ``load`` request. A check hands it to :func:`lumen_ex.harness.check.check_here`, which loads the
   learner's file into it, runs the suite and kills it. Every check gets a fresh worker (one run
   cannot influence the next); the next one is launched as soon as a result has been shown;
 - the next check's pytest session is configured and collected in advance (:class:`PreparedRun`,
@@ -65,15 +65,15 @@ RESPAWN_FAILURES = 3    # give up pre-launching after this many workers in a row
 
 def watch_launcher(sandbox: str) -> tuple[Launcher, str]:
     """The launcher watch mode uses for ``sandbox``, and a warning to show (empty when none)."""
-    from lumen_ex.sandbox.select import best_host_launcher, select_launcher
+    from lumen_ex.sandbox.select import best_host_launcher, select_backend
 
-    if sandbox == "docker":
+    if sandbox == "docker":   # its checks are container runs: nothing stays warm between saves
         raise SandboxUnavailable(
             "--sandbox docker is not supported in watch mode (every docker check is a container run "
             "of its own, with nothing to keep warm between saves)",
             "Use `lumen-ex watch` with --sandbox bwrap (or auto), and `lumen-ex check --sandbox docker` "
             "for a final check in the container")
-    return select_launcher(sandbox) if sandbox != "auto" else best_host_launcher()
+    return select_backend(sandbox) if sandbox != "auto" else best_host_launcher()
 
 
 class WatchStopped(RuntimeError):
@@ -225,7 +225,7 @@ class WatchSession:
         self.debounce, self.poll_interval = debounce, poll_interval
         launcher, self.warning = watch_launcher(sandbox)
         self.launcher = GuardedLauncher(launcher)
-        # The same spec grade() builds for this exercise, so that the worker made in advance is the
+        # The same spec check_here() builds for this exercise, so that the worker made in advance is the
         # worker it would have launched itself.
         self.spec = worker_spec(self.ex, self.workspace.root, self.file, device)
         self.checked: str | None = None     # digest of the content the last check graded
@@ -279,7 +279,7 @@ class WatchSession:
             prepared.cancel()
 
     def _run_tests(self, ex, pool, learner_file, *, seed, device, select, lean):
-        """grade()'s run_tests: the prepared session when it fits, else a session made now."""
+        """check_here()'s run_tests: the prepared session when it fits, else a session made now."""
         prepared, self._prepared = self._prepared, None
         if prepared is not None and prepared.device == device and prepared.seed == seed and not select:
             try:
@@ -325,7 +325,7 @@ class WatchSession:
             worker.kill()
 
     def _take_worker(self):
-        """The waiting worker for a check, or None (grade() then launches one itself)."""
+        """The waiting worker for a check, or None (check_here() then launches one itself)."""
         worker, self._next = self._next, None
         if worker is not None and not worker.alive():
             worker.kill()
@@ -378,7 +378,7 @@ class WatchSession:
         The used worker is killed at once; waiting for it and launching the next one are left to
         :meth:`prepare_next` (which wait_for_change calls), so that the result comes first.
         """
-        from lumen_ex.harness.check import grade
+        from lumen_ex.harness.check import check_here
 
         started = time.monotonic()
         digest = file_digest(self.file)
@@ -390,14 +390,14 @@ class WatchSession:
         collecting = gc.isenabled()
         gc.disable()   # a check allocates little; collections would only add to its latency
         try:
-            result = grade(self.ex, self.workspace.root, self.file, self.launcher, seed=self.seed,
+            result = check_here(self.ex, self.workspace.root, self.file, self.launcher, seed=self.seed,
                            device=self.wanted_device, started=started, warning=self.warning,
                            first=worker, lean=True, run_tests=self._run_tests)
         finally:
             if collecting:
                 gc.enable()
             if worker is not None:
-                worker.kill()      # grade() has closed it already, unless it was interrupted early
+                worker.kill()      # check_here() has closed it already, unless it was interrupted early
         if self.stopping:          # pytest turns a Ctrl-C in its own thread into a short result
             raise KeyboardInterrupt
         self.checked = digest

@@ -1,4 +1,10 @@
-"""The interface every worker sandbox implements, and the process plumbing they share.
+"""The interface every sandbox backend implements, and the process plumbing they share.
+
+A :class:`Backend` is what ``--sandbox NAME`` names (src/lumen_ex/sandbox/select.py chooses it, for
+every command alike). It grades one exercise with :meth:`Backend.run_check`. Most backends are
+*launchers*: the harness grades on this machine, against workers the backend starts. The docker
+backend instead runs the whole check, harness included, in a container of the grader image
+(src/lumen_ex/sandbox/docker.py); ``keeps_workers`` says which kind a backend is.
 
 A *launcher* starts one untrusted worker (``src/lumen_ex/sandbox/inside/worker.py``) for one submission and hands the
 harness three pipe ends: requests in, replies out, and the learner's stdout+stderr. Launchers
@@ -18,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from lumen_ex.core.limits import Limits
+from lumen_ex.core.results import RunResult
 from lumen_ex.sandbox.cgroups import Enforcement
 
 # The files of lumen_ex/sandbox/inside a worker runs from (the folder is bound whole, read-only).
@@ -124,22 +131,48 @@ class Launched:
                 pass
 
 
-class Launcher(ABC):
-    """One way of starting a worker. Subclasses wrap the command; the plumbing is shared."""
+class Backend(ABC):
+    """One sandbox backend: how a check's untrusted code is kept away from the grader."""
 
     name: str = ""
     isolated: bool = False
+    # True: the harness runs here and this backend starts its workers, so a worker can be started
+    # in advance and kept warm (watch mode, grading processes). False: every check is a run of its
+    # own elsewhere (a container), with nothing to keep between checks.
+    keeps_workers: bool = True
 
     @classmethod
     @abstractmethod
     def availability(cls) -> Availability: ...
 
+    def note(self) -> str:
+        return ""
+
+    def spec(self) -> str:
+        """How another process names this backend (a grading process's SANDBOX argument):
+        src/lumen_ex/sandbox/select.py ``from_spec`` makes the same backend back from it."""
+        return self.name
+
+    @abstractmethod
+    def run_check(self, ex, workspace: Path, learner_file: Path, *, seed: int, device: str,
+                  select: str | None, note: str, check_here: Callable) -> RunResult:
+        """Grade ``ex`` (the learner's ``learner_file`` in ``workspace``) with ``seed`` on ``device``.
+
+        ``check_here`` is the trusted pipeline that grades in this process against workers this
+        backend launches (lumen_ex.harness.check.check_here); a backend that runs the whole check
+        elsewhere does not call it. The sandbox layer sits below the harness, so it is handed in."""
+
+
+class Launcher(Backend):
+    """One way of starting a worker. Subclasses wrap the command; the plumbing is shared."""
+
+    def run_check(self, ex, workspace: Path, learner_file: Path, *, seed: int, device: str,
+                  select: str | None, note: str, check_here: Callable) -> RunResult:
+        return check_here(ex, workspace, learner_file, self, seed=seed, device=device, select=select, warning=note)
+
     @abstractmethod
     def command(self, spec: WorkerSpec, fds: tuple[int, int]) -> Command:
         """How to start the worker for ``spec`` with the given request and reply fds."""
-
-    def note(self) -> str:
-        return ""
 
     def scratch(self, spec: WorkerSpec) -> dict[str, str]:
         """Where the worker may write, for the result record's limits."""

@@ -34,10 +34,11 @@ from lumen_ex.core.limits import Limits
 from lumen_ex.core.options import SEED_ENV, gpu_present
 from lumen_ex.core.results import RunResult, SandboxInfo, grader_error
 from lumen_ex.image import engine as engine_mod
-from lumen_ex.sandbox.base import Availability
+from lumen_ex.sandbox.base import Availability, Backend
 from lumen_ex.sandbox.result_document import DocumentError, read_document
 
 NAME_PREFIX = "lumen-"
+SPEC_PREFIX = "docker:"          # a grading process's SANDBOX argument: docker:<image reference>
 HARNESS_MEMORY_MB = 1024        # the harness's own share of the container's memory (torch + pytest)
 HARNESS_PROCESSES = 64          # pids for the harness and its threads, beside the worker's
 CPUS = 2.0
@@ -63,11 +64,19 @@ def availability() -> Availability:
     return probe()[0]
 
 
-class DockerSandbox:
-    """Runs a whole check in one container of the grader image (not a worker Launcher)."""
+class DockerSandbox(Backend):
+    """Runs a whole check, harness included, in one container of the grader image."""
 
     name = "docker"
     isolated = True
+    keeps_workers = False
+
+    @classmethod
+    def availability(cls) -> Availability:
+        return probe()[0]
+
+    def spec(self) -> str:
+        return f"{SPEC_PREFIX}{self.image}"
 
     def __init__(self, image_ref: str, *, wall_limit: float | None = None):
         self.image = image_ref
@@ -109,9 +118,10 @@ class DockerSandbox:
 
     # -- one check ------------------------------------------------------------------------------
 
-    def run_check(self, ex, workspace: Path, *, seed: int, device: str, select: str | None = None,
-                  note: str = "") -> RunResult:
-        """Grade ``ex`` in ``workspace`` in a fresh container; always returns a validated result."""
+    def run_check(self, ex, workspace: Path, learner_file: Path | None = None, *, seed: int, device: str,
+                  select: str | None = None, note: str = "", check_here=None) -> RunResult:
+        """Grade ``ex`` in ``workspace`` in a fresh container; always returns a validated result.
+        (The container's own harness finds the learner's file; ``check_here`` is not needed.)"""
         started = time.monotonic()
         workspace = workspace.resolve()
         _check_readable(workspace, ex)

@@ -1,10 +1,12 @@
-"""Choose a sandbox: ``auto`` prefers docker, then bwrap, then the labelled unisolated mode."""
+"""Choose a sandbox backend, once and the same way for every command: ``auto`` prefers docker, then
+bwrap, then the labelled unisolated mode. A grading process gets its backend by name
+(:func:`from_spec`), already chosen by the scheduler."""
 
 from __future__ import annotations
 
 from lumen_ex.core.errors import SandboxUnavailable
 from lumen_ex.sandbox import docker
-from lumen_ex.sandbox.base import Launcher
+from lumen_ex.sandbox.base import Backend, Launcher
 from lumen_ex.sandbox.bwrap import BwrapLauncher
 from lumen_ex.sandbox.unisolated import UnisolatedLauncher
 
@@ -23,10 +25,11 @@ def best_host_launcher(note: str = "") -> tuple[Launcher, str]:
         f"Install one with: {why.install}")]))
 
 
-def select_launcher(name: str) -> tuple[Launcher | docker.DockerSandbox, str]:
-    """The launcher for ``name``, and a warning to show (empty when none is due).
+def select_backend(name: str) -> tuple[Backend, str]:
+    """The backend for ``name``, and a warning to show (empty when none is due).
 
-    For docker this is a :class:`docker.DockerSandbox`, which runs the whole check in a container.
+    For docker this is a :class:`docker.DockerSandbox`, which runs the whole check in a container;
+    every other backend is a :class:`Launcher` of workers for the harness here.
     """
     if name == "auto":
         note = ""
@@ -46,3 +49,14 @@ def select_launcher(name: str) -> tuple[Launcher | docker.DockerSandbox, str]:
     if not avail.ok:
         raise SandboxUnavailable(f"{name} sandbox unavailable: {avail.reason}", f"Install it: {avail.install}")
     return cls(), ""
+
+
+select_launcher = select_backend   # the name callers used before there was one Backend interface
+
+
+def from_spec(spec: str) -> Backend:
+    """The backend a grading process was told to use (:meth:`Backend.spec`: ``bwrap``, ``none`` or
+    ``docker:<image>``), without choosing again: the scheduler already chose and checked it."""
+    if spec.startswith(docker.SPEC_PREFIX):
+        return docker.DockerSandbox(spec[len(docker.SPEC_PREFIX):])
+    return HOST_LAUNCHERS[spec]()

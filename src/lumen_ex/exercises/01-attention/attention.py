@@ -1,6 +1,8 @@
 """Exercise 1: scaled dot-product attention. Read README.md in this folder first."""
 
+import math
 
+import torch
 
 
 def scaled_dot_product_attention(q, k, v, mask=None):

@@ -1,6 +1,8 @@
 """Exercise 2: one decoding step with a KV cache. Read README.md in this folder first."""
 
+import math
 
+import torch
 
 
 def decode_step(x_t, k_cache, v_cache, w_q, w_k, w_v, w_o, n_heads):
