@@ -1,0 +1,82 @@
+"""The package's shape is a rule, checked here (docs/architecture.md):
+
+- layers point one way, the sandbox's own files import nothing else of ours, and click and rich stay
+  in the command line: the import-linter contracts in pyproject.toml, run by ``lint-imports``;
+- ruff (configured in pyproject.toml) finds nothing;
+- no library module is over 400 lines, and no two of our modules import each other, even through
+  imports made inside functions (bench/architecture.py measures both).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "src" / "lumen_ex"
+BIN = Path(sys.executable).parent
+MAX_LINES = 400
+sys.path.insert(0, str(ROOT / "bench"))
+import architecture  # noqa: E402  (bench/architecture.py)
+
+
+def _tool(name: str) -> str:
+    path = BIN / name
+    assert path.exists(), f"{name} is not installed in this environment: pip install -e '.[test]'"
+    return str(path)
+
+
+def test_the_import_contracts_hold():
+    proc = subprocess.run([_tool("lint-imports"), "--no-cache"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "0 broken" in proc.stdout
+
+
+def test_ruff_finds_nothing():
+    proc = subprocess.run([_tool("ruff"), "check", "src", "tests", "bench"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def _library_modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if "__pycache__" in rel.parts or rel.parts[0] == "exercises":
+            continue     # the learners' stubs are not library code
+        if rel.parts[0] == "graders" and path.name.startswith("test_"):
+            continue     # a hidden suite: its file and test names are its contract with every past record
+        yield path
+
+
+def test_no_library_module_is_over_400_lines():
+    long = [f"{p.relative_to(ROOT)} ({n})" for p in _library_modules()
+            if (n := len(p.read_text().splitlines())) > MAX_LINES]
+    assert not long, "split these modules: " + ", ".join(long)
+
+
+def test_no_import_cycles():
+    measured = architecture.measure(ROOT)
+    assert measured["cycles_at_import"] == []
+    assert measured["cycles_with_function_imports"] == []
+
+
+def test_the_files_a_sandbox_sees_import_nothing_of_ours():
+    inside = sorted((PACKAGE / "sandbox" / "inside").glob("*.py"))
+    assert {p.name for p in inside} >= {"worker.py", "wire.py"}
+    for path in inside:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                assert not any(a.name.split(".")[0] == "lumen_ex" for a in node.names), path
+            elif isinstance(node, ast.ImportFrom):
+                assert not (node.module or "").startswith("lumen_ex"), path
+
+
+def test_the_package_is_one_tree():
+    """A src layout: pyproject maps no folder by hand, so the disk tree is the import tree."""
+    text = (ROOT / "pyproject.toml").read_text()
+    assert "package-dir" not in text
+    assert not any((ROOT / name / "__init__.py").exists() for name in
+                   ("lumen_ex", "cli", "harness", "sandbox", "graders", "reference", "exercises"))
