@@ -5,7 +5,7 @@
 Every file under tests/corpus/<suite>/{correct,buggy}/ is graded through the real entry point
 (lumen_ex.harness.check.run_check, in a fresh workspace each). Buggy files declare in their header what the
 first failing test must report (``# expect-kind:``, optional ``# expect-misconception:`` and
-``# expect-test:``; see tests/e2e/test_corpus_attention.py). Printed per exercise and in total:
+``# expect-test:``; see tests/e2e/test_corpus.py). Printed per exercise and in total:
 
 - false passes: buggy files that pass (full marks);
 - false fails: correct files that do not get full marks;

@@ -95,7 +95,10 @@ def batch(root: Path, exercises: list[str], sandbox: str, jobs: int) -> tuple[fl
         raise SystemExit(f"lumen-ex grade exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr}")
     verdicts = {}
     for path in (out / "results").glob("*/*.json"):
-        if path.name == "submission.json":
+        # DIR/results/<key>/<exercise dir>.json is a result document; beside it are its record
+        # <exercise dir>.grading.json (what was graded: the store's fingerprint), submission.json and,
+        # with --due, submitted.json, none of which is a result
+        if path.name.endswith(".grading.json") or path.name in ("submission.json", "submitted.json"):
             continue
         doc = json.loads(path.read_text())
         verdicts[(path.parent.name, doc["exercise"]["number"])] = (doc["status"], round(doc["score"], 3))

@@ -3,7 +3,7 @@ checked field by field against the record it views and the published field lists
 
 For each submission, one `--format json` run gives the record; each format is then produced by its
 own run with the same seed (same seed, same verdicts: tests/e2e/test_cli.py::test_same_seed_same_record),
-parsed, validated against its schema in tests/schemas/ (written from shared/docs/formats.md, or, for
+parsed, validated against its schema in tests/schemas/ (written from the platforms' field lists, docs/classroom.md Output formats, or, for
 JUnit, the XSD pytest conforms to), and compared with the record test by test: a writer may never
 re-derive a status or a score.
 """
@@ -169,7 +169,7 @@ def test_prairielearn(buggy):
 
 def junit_rules() -> dict:
     """element -> (attributes {name: required}, allowed children, text only?, numeric attribute patterns),
-    from tests/schemas/junit-structure.json (written from shared/docs/formats.md section 1.6)."""
+    from tests/schemas/junit-structure.json (written from pytest's junitxml output)."""
     spec = json.loads((SCHEMAS / "junit-structure.json").read_text())
     rules = {}
     for name, el in spec["elements"].items():

@@ -24,7 +24,9 @@ import pytest
 from conftest import CORPUS, ROOT, interruptible, requires_bwrap
 from test_cli import LUMEN_EX
 
-from lumen_ex.classroom.submissions import SubmissionRefused, extract_zip, locate, unwrap
+from lumen_ex.classroom.submission_limits import SubmissionRefused
+from lumen_ex.classroom.submissions import locate, unwrap
+from lumen_ex.classroom.zips import extract_zip
 from lumen_ex.core import catalog
 from lumen_ex.core.workspace import Workspace
 
@@ -365,11 +367,11 @@ def test_zip_paths_outside_are_refused(tmp_path, name):
 
 
 def test_zip_bombs_links_and_duplicates(tmp_path):
-    from lumen_ex.classroom import submissions
+    from lumen_ex.classroom import zips
 
     bomb = tmp_path / "bomb.zip"
     with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr("zeros.bin", b"\0" * (submissions.MAX_ZIP_MEMBER_BYTES + 1))
+        zf.writestr("zeros.bin", b"\0" * (zips.MAX_ZIP_MEMBER_BYTES + 1))
     assert bomb.stat().st_size < 100_000
     with pytest.raises(SubmissionRefused, match="unpacks to more than"):
         extract_zip(bomb, tmp_path / "d1")

@@ -24,7 +24,7 @@ import pytest
 from conftest import ROOT, requires_bwrap
 from test_cli import LUMEN_EX
 
-from lumen_ex.classroom import submissions
+from lumen_ex.classroom import submission_limits, submissions, zips
 from lumen_ex.core import bounded, catalog
 from lumen_ex.core.workspace import Workspace
 
@@ -112,9 +112,9 @@ def make_class(root: Path) -> tuple[Path, dict[str, str]]:
 
     many = subs / "many"                                               # more files than are listed
     put(many, EX1.path, REF1)
-    for i in range(submissions.MAX_TREE_ENTRIES + 10):                 # beside the exercise's file
+    for i in range(submission_limits.MAX_TREE_ENTRIES + 10):                 # beside the exercise's file
         (many / EX1.dir / f"f{i}").touch()
-    expect["many"] = f"more than {submissions.MAX_TREE_ENTRIES} files and folders"
+    expect["many"] = f"more than {submission_limits.MAX_TREE_ENTRIES} files and folders"
     deep = subs / "deep" / "src"                                      # deeper than anyone looks
     for _ in range(60):
         deep = deep / "d"
@@ -212,27 +212,27 @@ def test_bounded_reader_refuses_what_is_not_a_small_regular_file(tmp_path):
 
 
 def test_a_zip_with_a_huge_member_list_is_refused_before_it_is_parsed(tmp_path, monkeypatch):
-    monkeypatch.setattr(submissions, "MAX_ZIP_DIRECTORY_BYTES", 4096)
+    monkeypatch.setattr(zips, "MAX_ZIP_DIRECTORY_BYTES", 4096)
     path = tmp_path / "list.zip"
     with zipfile.ZipFile(path, "w") as zf:
         for i in range(500):
             zf.writestr(f"f{i:04}.txt", "")
-    with pytest.raises(submissions.SubmissionRefused, match="list of members"):
-        submissions.extract_zip(path, tmp_path / "d")
+    with pytest.raises(submission_limits.SubmissionRefused, match="list of members"):
+        zips.extract_zip(path, tmp_path / "d")
 
 
 def test_a_deep_zip_is_refused(tmp_path):
     path = tmp_path / "deep.zip"
     with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr("/".join(["d"] * (submissions.MAX_ZIP_DEPTH + 1)) + "/x.py", "x = 1\n")
-    with pytest.raises(submissions.SubmissionRefused, match="folders deep"):
-        submissions.extract_zip(path, tmp_path / "d")
+        zf.writestr("/".join(["d"] * (zips.MAX_ZIP_DEPTH + 1)) + "/x.py", "x = 1\n")
+    with pytest.raises(submission_limits.SubmissionRefused, match="folders deep"):
+        zips.extract_zip(path, tmp_path / "d")
 
 
 def test_the_time_budget_refuses_a_slow_submission(tmp_path):
     put(tmp_path / "s", "a/b/c.txt", "x")
-    budget = submissions.Budget(seconds=0.0)
+    budget = submission_limits.Budget(seconds=0.0)
     time.sleep(0.01)
-    with pytest.raises(submissions.SubmissionRefused, match="took longer than"):
+    with pytest.raises(submission_limits.SubmissionRefused, match="took longer than"):
         submissions.locate(tmp_path / "s", EX1, budget)
     shutil.rmtree(tmp_path / "s")

@@ -22,7 +22,8 @@ from test_cli import LUMEN_EX
 from test_grade import grade, put
 
 from lumen_ex.classroom import store as grade_store
-from lumen_ex.classroom.scheduler import grader_error_result, record
+from lumen_ex.classroom.store import record
+from lumen_ex.classroom.ungraded import grader_error_result
 from lumen_ex.core import catalog
 from lumen_ex.core.results import SandboxInfo
 

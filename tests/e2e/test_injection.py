@@ -320,8 +320,8 @@ def test_github_view_annotations_summary_and_runner_result(tmp_path):
 
 
 def test_gradebook_and_report_views(tmp_path):
-    from lumen_ex.classroom.gradebook import write_outputs
-    from lumen_ex.classroom.scheduler import record
+    from lumen_ex.classroom.outputs import write_outputs
+    from lumen_ex.classroom.store import record
 
     students = ["\r# pwned", "=cmd|' ;C calc'!A0", "+1;-2", "plain"]
     for student in students:
@@ -412,7 +412,7 @@ def test_grade_a_class_with_hostile_names_and_messages(tmp_path):
     document holding one; gradebook.csv and report.md are written for the whole class."""
     from test_grade import grade
 
-    from lumen_ex.classroom.scheduler import record
+    from lumen_ex.classroom.store import record
 
     subs = tmp_path / "submissions"
     subs.mkdir()

@@ -1,4 +1,4 @@
-"""The platforms' contracts (shared/docs/formats.md), through the real entry points.
+"""The platforms' contracts (docs/classroom.md, Output formats), through the real entry points.
 
 - PrairieLearn: ``gradable: false`` when the file is missing or does not parse, and the record's
   pictures in ``images`` (lumen-ex-platform prairielearn, run as tests/e2e/test_platforms.py runs it).

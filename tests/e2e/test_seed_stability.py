@@ -16,14 +16,14 @@ almost all of it two torch imports) would take over 20 minutes. This test pays t
 - every job's worker is launched before the job before it is graded, so its torch import overlaps
   with that grading (src/lumen_ex/classroom/grading_main.py and src/lumen_ex/learner/watch.py do the same);
 - correct and buggy submissions run in the unisolated mode (``--sandbox none``: a separate worker
-  process, the same verdicts as bwrap, tests/e2e/test_corpus_attention.py compares the two), and one
+  process, the same verdicts as bwrap, tests/e2e/test_corpus.py compares the two), and one
   worker serves the seeds of one file: each seed is still a grading of its own (a new WorkerPool
   that loads the module, a new pytest session), but torch and the learner's module are imported
   once per file. None of these files keeps state between calls, so that changes no verdict;
   a worker that fails (a crash, a time-out, a bad reply) is replaced as in any check;
 - hostile submissions run under bubblewrap with a fresh worker for every grading, as ``lumen-ex
   check`` would: they attack the worker, so no worker is reused for them. Two of them are graded
-  on the subset of tests tests/sandbox/test_hostile.py uses for them (a hang costs a call's time limit per
+  on the subset of tests tests/sandbox/test_attacks.py uses for them (a hang costs a call's time limit per
   test, a full gc scan per call takes seconds): HOSTILE_SELECT.
 
 It is marked slow; run it with ``pytest tests/e2e/test_seed_stability.py``.
@@ -46,7 +46,7 @@ from conftest import CORPUS, ROOT, bwrap_ok
 
 SEEDS = (1, 2, 3, 1234, 2**31 - 1)
 SHARDS = 3                       # grading processes: one for correct/buggy files, two for hostile
-# Hostile files graded on a subset of the suite (see tests/sandbox/test_hostile.py): the verdict is the point.
+# Hostile files graded on a subset of the suite (see tests/sandbox/test_attacks.py): the verdict is the point.
 HOSTILE_SELECT = {
     "frame_gc_search": "test_values or test_mask or test_causal_mask",
     "infinite_loop": "test_causal_mask_on_device or test_values",

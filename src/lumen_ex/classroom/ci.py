@@ -29,7 +29,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from lumen_ex import __version__
 from lumen_ex.core.catalog import Catalog
+from lumen_ex.core.errors import UsageError
 
 WORKFLOW = Path(".github") / "workflows" / "lumen-ex.yml"
 WORKFLOW_NAME = "Autograding Tests"         # what GitHub Classroom looks for
@@ -116,16 +118,12 @@ def step_id(number: int) -> str:
 def check_spec(spec: str) -> str:
     """``spec`` if it is a plain pip requirement or URL (written into YAML and a shell line)."""
     if spec and not _SPEC.fullmatch(spec):
-        from lumen_ex.core.errors import UsageError
-
         raise UsageError(f"--lumen-ex-spec {spec!r} is not a plain package name or URL",
                          "Pass e.g. git+https://github.com/ORG/lumen-ex@v0.1.0")
     return spec
 
 
 def github_workflow(catalog: Catalog, spec: str = "") -> str:
-    from lumen_ex import __version__
-
     note = f" (default here: {spec})" if spec else " (required)"
     text = HEADER.format(version=__version__, spec=check_spec(spec), default_note=note)
     for ex in catalog.exercises:

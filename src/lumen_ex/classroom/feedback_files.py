@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from lumen_ex.classroom.late import SOURCES, duration_text, iso
 from lumen_ex.core.atomic import write_atomically
 from lumen_ex.core.results import RunResult, Status, TestResult
 from lumen_ex.core.untrusted import code_block, encodable, html, markdown
@@ -56,8 +57,6 @@ def _results(row, exercises) -> list[tuple[object, RunResult]]:
 
 def _late_lines(a) -> list[str]:
     """Plain sentences about the deadline (no student text in them), or [] without one."""
-    from lumen_ex.classroom.late import SOURCES, duration_text, iso
-
     if a is None or (a.due is None and a.submitted is None):
         return []
     lines = []

@@ -1,7 +1,8 @@
-"""The gradebook and the class report: views of the result documents in DIR/results.
+"""The gradebook: the class's rows and statistics, read from the result documents in DIR/results.
 
 Read only from the documents on disk (never from a run in memory), so a resumed, interrupted or
-cluster-graded class gives the same files as one graded in a single run.
+cluster-graded class gives the same files as one graded in a single run. :func:`build` makes the
+:class:`ClassReport` that every view is written from (src/lumen_ex/classroom/outputs.py writes them all).
 
 - ``gradebook.csv``: one row per student: ``student``, one score column per exercise (its slug),
   ``total``, ``max``, ``percent``, ``status`` (``pass``: every exercise passed; ``fail``; ``error``: a
@@ -12,8 +13,9 @@ cluster-graded class gives the same files as one graded in a single run.
   ``penalty`` and ``final`` (``total`` is the raw score). Cells that came
   from a submission are neutralised against spreadsheet formula injection (untrusted.csv_cell: a
   quote before every ``= + - @`` that could start a formula, after any separator too).
-- ``report.md`` and the terminal report: the score distribution, the pass rate of every hidden test,
-  the most frequent misconceptions across the class (counted once per student and exercise, from
+- ``report.md`` (src/lumen_ex/classroom/class_report.py) and the terminal report: the score
+  distribution, the pass rate of every hidden test, the most frequent misconceptions across the
+  class (counted once per student and exercise, from
   the run-level ``misconceptions`` summary of each document and ``diagnosis.misconception`` of its
   failing tests), and the checks that need an instructor's look (status ``error``). Every name,
   message and hint in it is literal Markdown text on one line (untrusted.markdown), so none can
@@ -28,18 +30,16 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import io
-import json
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lumen_ex.classroom.scheduler import load_document, result_path
+from lumen_ex.classroom.late import SOURCES, assess_class, duration_text, iso
+from lumen_ex.classroom.store import load_class, load_document, result_path, submission_info
 from lumen_ex.core import scores
-from lumen_ex.core.atomic import write_atomically
 from lumen_ex.core.catalog import Exercise
-from lumen_ex.core.results import points
-from lumen_ex.core.untrusted import csv_cell, encodable, markdown, markdown_code
+from lumen_ex.core.untrusted import csv_cell
 
 PSEUDO_TESTS = ("grader", "submission", "file")   # stand-ins for a check that did not run its tests
 NOT_SUBMITTED = ("skipped", "missing")        # rows with nothing graded: an entry skipped, a roster student
@@ -239,7 +239,7 @@ LOOK = "needs a look: "
 
 def _flag_ambiguous(out: Path, row: StudentRow, exercises: list[Exercise]) -> None:
     """A submission with two candidate files for an exercise is flagged for a look (its note)."""
-    ambiguous = _submission_info(out, row.student).get("ambiguous") or {}
+    ambiguous = submission_info(out, row.student).get("ambiguous") or {}
     for ex in exercises:
         why = ambiguous.get(ex.slug) if isinstance(ambiguous, dict) else None
         if isinstance(why, str) and why:
@@ -248,8 +248,6 @@ def _flag_ambiguous(out: Path, row: StudentRow, exercises: list[Exercise]) -> No
 
 def _names(out: Path) -> dict[str, str]:
     """Key -> the name as given, from DIR/class.json (src/lumen_ex/classroom/store.py)."""
-    from lumen_ex.classroom.store import load_class
-
     entries = load_class(out).get("entries") or []
     return {e["key"]: e["name"] for e in entries if isinstance(e, dict) and "key" in e and "name" in e}
 
@@ -258,8 +256,6 @@ def class_rows(out: Path, rows: list[StudentRow], exercises: list[Exercise]) -> 
     """The graded rows, put in the roster's order when there is one (``missing`` for an enrolled
     student with no submission, a note on submissions that match no one), then a ``skipped`` row
     for every entry of SUBMISSIONS that was not graded, with the reason (DIR/class.json)."""
-    from lumen_ex.classroom.store import load_class
-
     data = load_class(out)
     roster = data.get("roster")
     if isinstance(roster, dict):
@@ -292,30 +288,13 @@ def _roster_rows(rows: list[StudentRow], roster: dict, exercises: list[Exercise]
     return ordered
 
 
-def _submission_info(out: Path, student: str) -> dict:
-    from lumen_ex.classroom.scheduler import RESULTS, SUBMISSION_INFO
-
-    try:
-        info = json.loads((Path(out) / RESULTS / student / SUBMISSION_INFO).read_text())
-    except (OSError, ValueError):
-        return {}
-    return info if isinstance(info, dict) else {}
-
-
 def _commit(out: Path, student: str) -> str:
-    from lumen_ex.classroom.scheduler import RESULTS, SUBMISSION_INFO
-
-    try:
-        commit = json.loads((Path(out) / RESULTS / student / SUBMISSION_INFO).read_text()).get("commit", "")
-    except (OSError, ValueError, AttributeError):
-        return ""
+    commit = submission_info(out, student).get("commit", "")
     return commit if isinstance(commit, str) else ""
 
 
 def _late(out: Path, rows: list[StudentRow]) -> dict:
     """Student -> the deadline's effect on the total (src/lumen_ex/classroom/late.py; no penalty without --due)."""
-    from lumen_ex.classroom.late import assess_class
-
     return assess_class(out, [(r.student, r.total, r.max_total) for r in rows])
 
 
@@ -351,115 +330,7 @@ LATE_COLUMNS = ("submitted", "submitted_from", "due", "late_by", "penalty", "fin
 
 
 def _late_cells(a, r: StudentRow) -> list[str]:
-    from lumen_ex.classroom.late import SOURCES, duration_text, iso
-
     if a is None or r.status in ("pending", *NOT_SUBMITTED):
         return ["", "", "", "", "", ""]
     late = duration_text(a.late_by) if a.late else ""
     return [iso(a.submitted), SOURCES.get(a.source, a.source), iso(a.due), late, _num(a.penalty), _num(a.final)]
-
-
-# -- report.md -------------------------------------------------------------------------------------
-
-
-_md = markdown            # a heading or table cell from a submission: literal text on one line
-
-
-def _pts(x: float | None) -> str:
-    return "–" if x is None else points(x)
-
-
-def report_markdown(report: ClassReport) -> str:
-    graded = report.graded
-    out = [f"# Class report: {_md(report.title)}", "",
-           f"{len(graded)} of {len(report.submitted)} students graded on "
-           + ", ".join(f"exercise {ex.number} ({ex.slug})" for ex in report.exercises)
-           + f". Generated {report.generated} by `lumen-ex grade`.", ""]
-    totals = [r.percent for r in graded if r.percent is not None]
-    out += ["## Scores", "", "| | graded | mean | median | pass | fail | error | pending |",
-            "|---|---|---|---|---|---|---|---|"]
-    for s in report.exercise_stats():
-        ex = s["exercise"]
-        out.append(f"| {ex.number} {ex.slug} (of {_pts(s['max'])}) | {s['graded']} | {_pts(s['mean'])} | "
-                   f"{_pts(s['median'])} | {s['pass']} | {s['fail']} | {s['error']} | {s['pending']} |")
-    if totals:
-        out += ["", f"Total: mean {statistics.fmean(totals):.1f} %, median {statistics.median(totals):.1f} %, "
-                f"lowest {min(totals):.1f} %, highest {max(totals):.1f} %."]
-    out += ["", "### Distribution of totals", "", "| total | students | |", "|---|---|---|"]
-    for band, count in report.distribution():
-        out.append(f"| {band} | {count} | {'█' * count} |")
-    out += ["", "## Most frequent misconceptions", ""]
-    if report.misconceptions:
-        out += ["Each student is counted once per exercise.", "",
-                "| misconception | exercise | students | share | what it means | for example |",
-                "|---|---|---|---|---|---|"]
-        for m in report.misconceptions:
-            share = f"{100 * len(m.students) / max(len(graded), 1):.0f} %"
-            names = ", ".join(m.students[:3]) + (" …" if len(m.students) > 3 else "")
-            out.append(f"| {markdown_code(m.id)} | {m.exercise.number} {m.exercise.slug} | {len(m.students)} | {share} | "
-                       f"{_md(m.hint)} | {_md(names)} |")
-    else:
-        out.append("No misconception was named in any failing test.")
-    out += ["", "## Pass rate per test", "", "Hardest first within each exercise.", ""]
-    for ex in report.exercises:
-        rates = [r for r in report.rates if r.exercise.slug == ex.slug]
-        out += [f"### {ex.number} {ex.slug}", "", "| test | group | passed | rate |", "|---|---|---|---|"]
-        out += [f"| {_md(r.name)} | {_md(r.group)} | {r.passed}/{r.ran} | {100 * r.rate:.0f} % |" for r in rates]
-        out.append("")
-    out += ["## Checks that need a look", ""]
-    if report.needs_look:
-        out += ["These could not be graded (status `error`): the grader failed, the submission could not be "
-                "read, or it crashed or stalled the grading process.", "", "| student | exercise | reason |",
-                "|---|---|---|"]
-        out += [f"| {_md(s)} | {_md(e)} | {_md(why)} |" for s, e, why in report.needs_look]
-    else:
-        out.append("None: every check ran to a verdict.")
-    out += _entries_markdown(report)
-    return "\n".join(out) + "\n"
-
-
-def _entries_markdown(report: ClassReport) -> list[str]:
-    """The submissions flagged for a look (two candidate files), the entries not graded, the
-    roster's missing students and the submissions on no roster: each with its reason."""
-    out: list[str] = []
-    sections = (
-        ("Submissions flagged for a look", lambda r: r.note.startswith(LOOK), lambda r: r.note[len(LOOK):]),
-        ("Entries that were not graded", lambda r: r.status == "skipped", lambda r: r.note),
-        ("On the roster, nothing submitted", lambda r: r.status == "missing", lambda r: r.note),
-        ("Submissions that match no one on the roster", lambda r: r.note == "not on the roster",
-         lambda r: f"graded as {r.student}"),
-    )
-    for title, chosen, why in sections:
-        rows = [r for r in report.rows if chosen(r)]
-        if rows:
-            out += ["", f"## {title}", "", "| student | why |", "|---|---|"]
-            out += [f"| {_md(r.display)} | {_md(why(r))} |" for r in rows]
-    return out
-
-
-def write_outputs(out: Path, students: list[str], exercises: list[Exercise], title: str,
-                  formats: tuple[str, ...] = ()) -> ClassReport:
-    """Write gradebook.csv, report.md and the extra per-student format files; return the report."""
-    report = build(out, students, exercises, title)
-    write_atomically(out / "gradebook.csv", encodable(gradebook_csv(report)))
-    write_atomically(out / "report.md", encodable(report_markdown(report)))
-    from lumen_ex.classroom.feedback_files import write_feedback
-
-    write_feedback(out, report)
-    if formats:
-        from lumen_ex.core.results import RunResult
-        from lumen_ex.feedback import formats as formats_mod
-
-        for row in report.rows:
-            for ex in exercises:
-                doc = row.docs.get(ex.slug)
-                if doc is None:
-                    continue
-                result = RunResult.from_dict(doc)
-                for name in formats:
-                    fmt = formats_mod.get(name)
-                    if fmt.name == "json":
-                        continue        # the result document itself
-                    path = result_path(out, row.student, ex).with_suffix(fmt.suffix)
-                    write_atomically(path, encodable(fmt.render(result)))
-    return report

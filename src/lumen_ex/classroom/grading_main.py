@@ -6,9 +6,10 @@ The batch coordinator (src/lumen_ex/classroom/scheduler.py) starts ``--jobs`` of
 once, then runs ``lumen_ex.harness.check.run_check`` for one student x exercise after another, each against
 freshly sandboxed workers, exactly as ``lumen-ex check`` does (the verdicts are the same; only the
 harness's start-up is saved). Jobs arrive as JSON lines on REQUEST_FD; replies go out as JSON lines
-on REPLY_FD (learner code never runs in this process and cannot reach either pipe):
+on REPLY_FD (learner code never runs in this process and cannot reach either pipe), both framed and
+typed by src/lumen_ex/classroom/messages.py:
 
-    {"ready": true}                      torch is imported; jobs may start
+    {"ready": true}                      jobs may start (torch is imported with the first one)
     {"start": ID}                        job ID is being graded from now on (its time limit starts)
     {"pid": PID}                         a sandboxed worker was started (its process group is PID)
     {"done": ID, "result": {...}}        the result document (RunResult.to_dict())
@@ -21,19 +22,39 @@ coordinator). TAG only labels the process (the output folder), so that it can be
 It is started isolated (src/lumen_ex/core/trusted.py: ``-I``, working folder ``/``, no PYTHON* variables), so
 that a student's ``json.py`` or ``sitecustomize.py`` in the folder the instructor ran ``lumen-ex
 grade`` from is never imported here; the workspaces it is sent are absolute paths.
-SIGTERM (and SIGHUP) raise KeyboardInterrupt, so the check in progress kills its workers (or its
-container) on the way out.
+SIGTERM (and SIGHUP) raise KeyboardInterrupt (src/lumen_ex/sandbox/processes.py), so the check in
+progress kills its workers (or its container) on the way out.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import signal
+import select
 import sys
 import time
 from collections import deque
 from pathlib import Path
+
+from lumen_ex.classroom.messages import (
+    QUIT,
+    JobDone,
+    JobRequest,
+    LineReader,
+    Ready,
+    Reply,
+    Request,
+    Started,
+    WorkerPid,
+    parse_request,
+    write_message,
+)
+from lumen_ex.core import catalog
+from lumen_ex.core.errors import LumenError
+from lumen_ex.core.results import SandboxInfo, grader_error, one_line
+from lumen_ex.harness.check import run_check
+from lumen_ex.harness.check import worker_spec as check_worker_spec
+from lumen_ex.sandbox.base import Availability, Launcher
+from lumen_ex.sandbox.processes import ignore_stop_signals, signals_interrupt
+from lumen_ex.sandbox.select import from_spec
 
 STOPPING = False
 _HOLD = 0           # > 0 while a worker is being started (see _signals_held)
@@ -43,8 +64,7 @@ _PENDING = False
 def _interrupt(signum, frame):
     global STOPPING, _PENDING
     STOPPING = True     # a check cut short is no verdict: nothing more is sent after this
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(sig, signal.SIG_IGN)   # once: the cleanup that follows must not be interrupted
+    ignore_stop_signals()   # once: the cleanup that follows must not be interrupted
     if _HOLD:
         _PENDING = True
         return
@@ -52,50 +72,36 @@ def _interrupt(signum, frame):
 
 
 class Channel:
+    """This end of the two pipes: jobs in, replies out (src/lumen_ex/classroom/messages.py)."""
+
     def __init__(self, request_fd: int, reply_fd: int):
-        self.request_fd, self.reply_fd = request_fd, reply_fd
-        self.buffer = b""
+        self.requests = LineReader(request_fd, chunk=1 << 16)
+        self.reply_fd = reply_fd
 
-    def send(self, message: dict) -> None:
-        data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.reply_fd, view):]
+    def send(self, message: Reply) -> None:
+        write_message(self.reply_fd, message)
 
-    def receive(self, block: bool) -> list[dict]:
-        """Messages that have arrived (waiting for at least one when ``block``); [] at end of input."""
-        import select
-
-        out: list[dict] = []
+    def receive(self, block: bool) -> list[Request]:
+        """Requests that have arrived (waiting for at least one when ``block``); QUIT at end of input."""
+        out: list[Request] = []
         while True:
-            ready, _, _ = select.select([self.request_fd], [], [], None if block and not out else 0)
+            ready, _, _ = select.select([self.requests.fd], [], [], None if block and not out else 0)
             if not ready:
                 return out
-            chunk = os.read(self.request_fd, 1 << 16)
-            if not chunk:
-                out.append({"quit": True})
+            lines = self.requests.read()
+            if self.requests.eof:
+                out.append(QUIT)
                 return out
-            self.buffer += chunk
-            *lines, self.buffer = self.buffer.split(b"\n")
-            out += [json.loads(line) for line in lines if line.strip()]
+            out += [parse_request(line) for line in lines if line.strip()]
             if out:
                 block = False
 
 
-def make_launcher(sandbox: str):
-    from lumen_ex.sandbox.select import from_spec
-
-    return from_spec(sandbox)
-
-
-def worker_spec(job: dict):
+def worker_spec(job: JobRequest):
     """The WorkerSpec that ``lumen_ex.harness.check.check_here`` will ask for this job (so it can be started early)."""
-    from lumen_ex.core import catalog
-    from lumen_ex.harness.check import worker_spec as check_worker_spec
-
-    ex = catalog.load().find(job["exercise"])
-    root = Path(job["workspace"]).resolve()          # the workspace's root, as run_check finds it
-    return check_worker_spec(ex, root, root / ex.dir / ex.file, job["device"])
+    ex = catalog.load().find(job.exercise)
+    root = Path(job.workspace).resolve()          # the workspace's root, as run_check finds it
+    return check_worker_spec(ex, root, root / ex.dir / ex.file, job.device)
 
 
 class _signals_held:
@@ -118,7 +124,6 @@ class _signals_held:
 
 def make_prelauncher(inner, on_launch):
     """A launcher that hands out a worker started ahead of time when the spec matches."""
-    from lumen_ex.sandbox.base import Availability, Launcher
 
     class Prelauncher(Launcher):
         name = inner.name
@@ -178,55 +183,52 @@ def make_prelauncher(inner, on_launch):
     return Prelauncher()
 
 
-def grade_one(job: dict, launcher) -> dict:
-    from lumen_ex.core import catalog
-    from lumen_ex.core.errors import LumenError
-    from lumen_ex.harness.check import run_check
-
+def grade_one(job: JobRequest, launcher) -> dict:
     started = time.monotonic()
     try:
-        result = run_check(job["exercise"], workspace=Path(job["workspace"]), seed=job["seed"],
-                           device=job["device"], record=False, launcher=launcher)
+        result = run_check(job.exercise, workspace=Path(job.workspace), seed=job.seed,
+                           device=job.device, record=False, launcher=launcher)
     except LumenError as exc:
-        return error_document(catalog.load().find(job["exercise"]), str(exc), job, launcher, started)
+        return error_document(catalog.load().find(job.exercise), str(exc), job, launcher, started)
     except Exception as exc:  # noqa: BLE001  every job gets a document
-        return error_document(catalog.load().find(job["exercise"]),
+        return error_document(catalog.load().find(job.exercise),
                               f"the grader failed: {type(exc).__name__}: {exc}", job, launcher, started)
-    if job.get("note"):
-        result.sandbox.note = " ".join(filter(None, [result.sandbox.note, job["note"]]))
+    if job.note:
+        result.sandbox.note = " ".join(filter(None, [result.sandbox.note, job.note]))
     return result.to_dict()
 
 
-def error_document(ex, message: str, job: dict, launcher, started: float) -> dict:
-    from lumen_ex.core.results import SandboxInfo, grader_error, one_line
-
+def error_document(ex, message: str, job: JobRequest, launcher, started: float) -> dict:
     return grader_error(ex.summary(), one_line(message, "the grader failed"),
-                        sandbox=SandboxInfo(launcher.name, launcher.isolated, {}, job.get("note", "")),
-                        device=job["device"], seed=job["seed"], duration=time.monotonic() - started).to_dict()
+                        sandbox=SandboxInfo(launcher.name, launcher.isolated, {}, job.note),
+                        device=job.device, seed=job.seed, duration=time.monotonic() - started).to_dict()
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     request_fd, reply_fd, sandbox = int(args[0]), int(args[1]), args[2]
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _interrupt)
-    channel = Channel(request_fd, reply_fd)
+    with signals_interrupt(_interrupt):     # SIGTERM, SIGHUP: stop (see _interrupt)
+        return serve(Channel(request_fd, reply_fd), sandbox)
+
+
+def serve(channel: Channel, sandbox: str) -> int:
+    """Grade the jobs sent on ``channel`` until it ends; the exit code."""
     docker = sandbox.startswith("docker:")
     launcher = None
-    queue: deque[dict] = deque()
+    queue: deque[Request] = deque()
     try:
-        inner = make_launcher(sandbox)
-        launcher = inner if docker else make_prelauncher(inner, lambda pid: channel.send({"pid": pid}))
-        channel.send({"ready": True})   # torch is imported with the first job, while its worker starts
+        inner = from_spec(sandbox)
+        launcher = inner if docker else make_prelauncher(inner, lambda pid: channel.send(WorkerPid(pid)))
+        channel.send(Ready())   # torch is imported with the first job, while its worker starts
         while True:
             if not queue:
                 queue.extend(channel.receive(block=True))
             queue.extend(channel.receive(block=False))
             job = queue.popleft()
-            if job.get("quit"):
+            if not isinstance(job, JobRequest):
                 return 0
-            channel.send({"start": job["id"]})
-            upcoming = next((j for j in queue if "id" in j), None)
+            channel.send(Started(job.id))
+            upcoming = next((j for j in queue if isinstance(j, JobRequest)), None)
             upcoming_spec = None
             if not docker:
                 # this job's worker (already started, unless it is the first) and the next one's
@@ -238,14 +240,12 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     if j is upcoming:
                         upcoming_spec = spec
-            import lumen_ex.harness.check  # noqa: F401  torch and the harness: imported once, for every job
-
             document = grade_one(job, launcher)
             if not docker:
                 launcher.keep({upcoming_spec} if upcoming_spec is not None else set())
             if STOPPING:    # pytest turns an interrupt into a short run: never report it as a result
                 return 130
-            channel.send({"done": job["id"], "result": document})
+            channel.send(JobDone(job.id, document))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -1,27 +1,28 @@
 """One warm grading process of ``lumen-ex grade`` (src/lumen_ex/classroom/grading_main.py), seen from the batch.
 
-The batch (src/lumen_ex/classroom/scheduler.py) sends it jobs as JSON lines on one pipe and reads its messages
-(started, the worker pids, the result document) as JSON lines from another. :meth:`GradingProcess.stop`
-ends it in every path: SIGTERM first (its check in progress kills its workers or container on the
-way out), then SIGKILL of its whole process group, then any sandboxed worker or cgroup it left.
+The batch (src/lumen_ex/classroom/scheduler.py) sends it jobs and reads its replies (ready, started,
+the sandboxed workers' pids, the result document) as the JSON lines of
+src/lumen_ex/classroom/messages.py. :meth:`GradingProcess.stop` ends it in every path: SIGTERM first
+(its check in progress kills its workers or container on the way out), then SIGKILL of its whole
+process group, then any sandboxed worker or cgroup it left (src/lumen_ex/sandbox/processes.py).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from lumen_ex.classroom.batch_types import Job
+from lumen_ex.classroom.messages import JobRequest, LineReader, MessageTooLarge, Reply, parse_reply, write_message
 from lumen_ex.core.trusted import TRUSTED_CWD, child_env, python_command
-
-if TYPE_CHECKING:
-    from lumen_ex.classroom.scheduler import Job
+from lumen_ex.sandbox import cgroups as limits
+from lumen_ex.sandbox import processes
 
 STOP_GRACE_S = 15.0              # how long a grading process has to clean up after SIGTERM
+EXIT_WAIT_S = 10.0               # how long it has to exit once its request pipe is closed
 
 
 class GradingProcess:
@@ -45,8 +46,9 @@ class GradingProcess:
                 os.close(rep_w)
         self.request_fd, self.reply_fd = req_w, rep_r
         os.set_blocking(self.reply_fd, False)
+        self.replies = LineReader(self.reply_fd)
+        self.broken = ""                    # why its replies are no longer read (a message over the cap)
         self.log = log
-        self.buffer = b""
         self.queue: list[Job] = []          # sent and not finished; queue[0] runs once started
         self.ready = False
         self.worker_pids: set[int] = set()
@@ -54,39 +56,31 @@ class GradingProcess:
         self.spawned = time.monotonic()
 
     def send(self, job: Job, workspace: Path, device: str, note: str) -> None:
-        message = {"id": job.id, "exercise": job.exercise.number, "workspace": str(Path(workspace).absolute()),
-                   "seed": job.seed, "device": device, "note": note}
-        data = (json.dumps(message) + "\n").encode()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.request_fd, view):]
+        write_message(self.request_fd, JobRequest(job.id, job.exercise.number, str(Path(workspace).absolute()),
+                                                  job.seed, device, note))
         self.queue.append(job)
 
-    def receive(self) -> tuple[list[dict], bool]:
-        """Messages that have arrived, and whether the process has closed its end (died)."""
-        out: list[dict] = []
-        eof = False
-        while True:
-            try:
-                chunk = os.read(self.reply_fd, 1 << 20)
-            except BlockingIOError:
-                break
-            if not chunk:
-                eof = True
-                break
-            self.buffer += chunk
-        *lines, self.buffer = self.buffer.split(b"\n")
-        for line in lines:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        return out, eof
+    def receive(self) -> tuple[list[Reply], bool]:
+        """Replies that have arrived, and whether the process has closed its end (died) or sent a
+        message over the cap (then :attr:`broken` says so, and nothing more is read from it)."""
+        out: list[Reply] = []
+        if self.broken:
+            return out, True
+        try:
+            while not self.replies.eof:
+                try:
+                    lines = self.replies.read()
+                except BlockingIOError:
+                    break
+                out += filter(None, map(parse_reply, lines))
+        except MessageTooLarge as exc:
+            self.broken = f"the grading process sent {exc}"
+            return out, True
+        return out, self.replies.eof
 
     def exit_description(self) -> str:
-        try:
-            code = self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
+        code = processes.reap(self.proc, 5)
+        if code is None:
             return "still running"
         if code < 0:
             try:
@@ -105,13 +99,7 @@ class GradingProcess:
     def terminate(self) -> None:
         """Ask it to stop (its check in progress then kills its workers): SIGTERM to its process group,
         and SIGCONT, because a stopped process must run to clean up."""
-        if self.proc.poll() is not None:
-            return
-        for sig in (signal.SIGTERM, signal.SIGCONT):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+        processes.terminate(self.proc)
 
     def stop(self, grace: float = STOP_GRACE_S, polite: bool = False) -> None:
         """SIGTERM (its check kills its workers), then SIGKILL, then any worker it left behind.
@@ -125,24 +113,8 @@ class GradingProcess:
         except OSError:
             pass
         if polite:
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-        if self.proc.poll() is None:
-            self.terminate()
-            try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)    # its own group: nothing else is in it
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+            processes.reap(self.proc, EXIT_WAIT_S)
+        processes.stop(self.proc, grace)    # its own group: nothing else is in it
         for pid in self.worker_pids:
             kill_worker_group(pid)
         remove_cgroups(self.proc.pid)
@@ -155,8 +127,6 @@ class GradingProcess:
 def remove_cgroups(pid: int) -> None:
     """Remove the (empty) worker cgroups a killed grading process had no chance to remove."""
     try:
-        from lumen_ex.sandbox import cgroups as limits
-
         paths = limits.worker_cgroups(pid)
     except Exception:  # noqa: BLE001  no cgroups here
         return
@@ -179,7 +149,4 @@ def kill_worker_group(pid: int) -> None:
         return
     if b"worker.py" not in cmdline:
         return
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    processes.kill_group(pid)

@@ -58,11 +58,19 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from lumen_ex.classroom.batch_types import Outcome
+from lumen_ex.classroom.entries import discover
+from lumen_ex.classroom.store import load_document, record, result_path
+from lumen_ex.classroom.submissions import prepare
+from lumen_ex.classroom.ungraded import grader_error_result, unpreparable_result
 from lumen_ex.core import catalog as catalog_mod
+from lumen_ex.core.atomic import write_atomically
 from lumen_ex.core.catalog import Exercise
 from lumen_ex.core.errors import UsageError
 from lumen_ex.core.options import SEED_ENV
 from lumen_ex.core.results import RunResult, SandboxInfo
+from lumen_ex.image import engine
+from lumen_ex.image.tag import default_ref
 
 K8S = "k8s"
 INDEX_ENV = "JOB_COMPLETION_INDEX"
@@ -126,8 +134,6 @@ def resolve_image(image: str) -> str:
 
 def _repo_digests(image: str) -> list[str]:
     try:
-        from lumen_ex.image import engine
-
         answer = engine.docker("image", "inspect", "--format", "{{json .RepoDigests}}", image, timeout=30)
         return json.loads(answer.out) if answer.ok else []
     except Exception:  # noqa: BLE001  no docker here: the caller refuses with the reason
@@ -283,9 +289,6 @@ def emit_manifests(submissions: Path, out: Path, exercises: list[Exercise], *, i
                    timeout: float | None = None, seed: int | None = None,
                    storage_class: str | None = None) -> list[Path]:
     """Prepare the shared volume's contents and write the manifests; return the files written."""
-    from lumen_ex.classroom.submissions import discover, prepare
-    from lumen_ex.core.atomic import write_atomically
-
     if not Path(submissions).is_dir():
         raise UsageError(f"{submissions} is not a folder", "Pass the folder holding one entry per student")
     cat = catalog_mod.load()
@@ -295,8 +298,6 @@ def emit_manifests(submissions: Path, out: Path, exercises: list[Exercise], *, i
     if not subs:
         raise UsageError(f"no submissions in {submissions}", "It must hold one folder or .zip per student")
     if image is None:
-        from lumen_ex.image.tag import default_ref
-
         image = default_ref()
     image = resolve_image(image)
     base = Path(out) / K8S
@@ -343,9 +344,6 @@ def emit_manifests(submissions: Path, out: Path, exercises: list[Exercise], *, i
 
 def collect_results(req, results_dir: Path):
     """Record the cluster's result documents (results/<i>/<exercise dir>/result.json) as local ones."""
-    from lumen_ex.classroom.scheduler import Outcome, load_document, record, result_path, unpreparable_result
-    from lumen_ex.classroom.submissions import discover
-
     index_path = Path(req.out) / K8S / "index.json"
     try:
         index = json.loads(index_path.read_text())
@@ -372,8 +370,6 @@ def collect_results(req, results_dir: Path):
 
 
 def _cluster_result(path: Path, ex: Exercise, info: SandboxInfo, device: str, index: int) -> RunResult:
-    from lumen_ex.classroom.scheduler import grader_error_result
-
     try:
         result = RunResult.from_dict(json.loads(path.read_text()))
     except FileNotFoundError:

@@ -20,7 +20,7 @@ When a student submitted (:func:`submission_time`), from the first of these that
 
 Its source is recorded beside the results (DIR/results/<student>/submitted.json) and shown in the
 gradebook and the feedback files. Everything is read through src/lumen_ex/core/bounded.py (regular files
-only, size caps) and looking through a folder is bounded by src/lumen_ex/classroom/submissions.py's Budget.
+only, size caps) and looking through a folder is bounded by src/lumen_ex/classroom/submission_limits.py's Budget.
 
 Every function that decides a penalty is pure: the same times and scores give the same result.
 """
@@ -35,21 +35,20 @@ import math
 import os
 import re
 import stat
-import struct
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lumen_ex.core.bounded import NotReadable, open_regular, read_regular
+from lumen_ex.classroom.git_checkout import commit_object, committer_time, read_git_commit
+from lumen_ex.classroom.store import RESULTS
+from lumen_ex.classroom.submission_limits import SKIP_DIRS, Budget, SubmissionRefused, list_dir
+from lumen_ex.classroom.zips import open_zip
+from lumen_ex.core.atomic import write_atomically
+from lumen_ex.core.bounded import NotReadable, read_regular
 
 POLICY_FILE = "late-policy.json"
 TIME_FILE = "submitted.json"
 METADATA = "submission_metadata.json"
 MAX_METADATA_BYTES = 1 << 20
-MAX_LOOSE_OBJECT_BYTES = 1 << 20      # a compressed commit object
-MAX_PACK_INDEX_BYTES = 64 << 20
-MAX_PACK_BYTES = 1 << 40              # a pack is never read whole: one object at an offset
-MAX_PACKS = 64
 PERIODS = {"day": dt.timedelta(days=1), "hour": dt.timedelta(hours=1)}
 
 SOURCES = {
@@ -161,8 +160,6 @@ def read_extensions(text: str, due: dt.datetime) -> dict[str, dt.datetime]:
 
 
 def save_policy(out: Path, policy: LatePolicy) -> None:
-    from lumen_ex.core.atomic import write_atomically
-
     write_atomically(Path(out) / POLICY_FILE, json.dumps(policy.to_dict(), indent=1) + "\n")
 
 
@@ -269,9 +266,7 @@ def gradescope_time(folder: Path) -> SubmittedAt | None:
 
 def newest_file_time(folder: Path) -> SubmittedAt:
     """The newest modification time of a regular file below ``folder`` (links and tool folders
-    skipped, the listing bounded by submissions.Budget)."""
-    from lumen_ex.classroom.submissions import SKIP_DIRS, Budget, SubmissionRefused, list_dir
-
+    skipped, the listing bounded by src/lumen_ex/classroom/submission_limits.py's Budget)."""
     budget, newest, name = Budget(), None, ""
     frontier = [Path(folder)]
     try:
@@ -290,11 +285,9 @@ def newest_file_time(folder: Path) -> SubmittedAt:
 
 
 def zip_time(path: Path, zone: dt.tzinfo | None = None) -> SubmittedAt:
-    """The newest member's time of the zip at ``path`` (opened as src/lumen_ex/classroom/submissions.py opens it)."""
-    from lumen_ex.classroom.submissions import SKIP_DIRS, SubmissionRefused, _open_zip
-
+    """The newest member's time of the zip at ``path`` (opened as src/lumen_ex/classroom/zips.py opens it)."""
     try:
-        with _open_zip(path) as zf:
+        with open_zip(path) as zf:
             members = [i for i in zf.infolist()[:100_000] if not i.is_dir()
                        and not any(p in SKIP_DIRS for p in i.filename.split("/"))]
     except (SubmissionRefused, OSError, ValueError, EOFError) as exc:
@@ -306,123 +299,29 @@ def zip_time(path: Path, zone: dt.tzinfo | None = None) -> SubmittedAt:
     return SubmittedAt(when, "zip", newest.filename)
 
 
-# -- git: the commit's committer time, read from .git (loose objects and pack files) ---------------------
+# -- git: the commit's committer time, read from .git (src/lumen_ex/classroom/git_checkout.py) -------------
 
 
 def git_time(folder: Path) -> SubmittedAt | None:
     """The committer time of the commit the checkout is at, or None when it cannot be read."""
-    from lumen_ex.classroom.submissions import SubmissionRefused, read_git_commit
-
     try:
         sha = read_git_commit(Path(folder))
     except SubmissionRefused:
         return None
     if len(sha) != 40:
         return None
-    git = Path(folder) / ".git"
-    body = _loose_object(git, sha) or _packed_object(git, sha)
+    body = commit_object(Path(folder) / ".git", sha)
     when = committer_time(body) if body else None
     return SubmittedAt(when, "git", sha[:12]) if when else None
-
-
-def committer_time(commit: bytes) -> dt.datetime | None:
-    """The ``committer ... <email> SECONDS +HHMM`` line of a commit object, as an aware time."""
-    m = re.search(rb"^committer .*> (\d+) ([+-])(\d\d)(\d\d)$", commit, re.M)
-    if not m:
-        return None
-    offset = dt.timedelta(hours=int(m.group(3)), minutes=int(m.group(4))) * (-1 if m.group(2) == b"-" else 1)
-    return dt.datetime.fromtimestamp(int(m.group(1)), dt.timezone(offset))
-
-
-def _inflate(data: bytes, limit: int = 1 << 16) -> bytes:
-    """At most ``limit`` bytes of a zlib stream (a commit is small; a bomb is not inflated)."""
-    return zlib.decompressobj().decompress(data, limit)
-
-
-def _loose_object(git: Path, sha: str) -> bytes | None:
-    path = git / "objects" / sha[:2] / sha[2:]
-    if not os.path.lexists(path):
-        return None
-    try:
-        raw = _inflate(read_regular(path, MAX_LOOSE_OBJECT_BYTES, name=f".git/objects/{sha[:2]}", within=git))
-    except (NotReadable, zlib.error):
-        return None
-    header, _, body = raw.partition(b"\0")
-    return body if header.startswith(b"commit ") else None
-
-
-def _packed_object(git: Path, sha: str) -> bytes | None:
-    """The commit ``sha`` from a pack file (stored whole, as git stores commits; a delta is not
-    resolved: then None)."""
-    from lumen_ex.classroom.submissions import Budget, SubmissionRefused, list_dir
-
-    pack_dir = git / "objects" / "pack"
-    try:
-        indexes = [e for e in list_dir(pack_dir, Budget(entries=4 * MAX_PACKS)) if e.name.endswith(".idx")]
-    except SubmissionRefused:
-        return None
-    for entry in indexes[:MAX_PACKS]:
-        offset = _pack_offset(Path(entry.path), bytes.fromhex(sha), git)
-        if offset is not None:
-            return _read_pack_commit(Path(entry.path).with_suffix(".pack"), offset, git)
-    return None
-
-
-def _pack_offset(idx: Path, sha: bytes, git: Path) -> int | None:
-    """Where ``sha`` starts in the pack of the version-2 index ``idx``."""
-    try:
-        data = read_regular(idx, MAX_PACK_INDEX_BYTES, name=f".git/objects/pack/{idx.name}", within=git)
-    except NotReadable:
-        return None
-    if data[:8] != b"\xfftOc\x00\x00\x00\x02" or len(data) < 8 + 1024:
-        return None
-    fanout = struct.unpack(">256I", data[8:8 + 1024])
-    count = fanout[255]
-    lo = fanout[sha[0] - 1] if sha[0] else 0
-    names = 8 + 1024
-    for i in range(lo, fanout[sha[0]]):
-        if data[names + 20 * i:names + 20 * i + 20] == sha:
-            offsets = names + 24 * count            # after the names and the CRCs
-            (off,) = struct.unpack(">I", data[offsets + 4 * i:offsets + 4 * i + 4])
-            if off & 0x80000000:
-                large = offsets + 4 * count + 8 * (off & 0x7FFFFFFF)
-                (off,) = struct.unpack(">Q", data[large:large + 8])
-            return off
-    return None
-
-
-def _read_pack_commit(pack: Path, offset: int, git: Path) -> bytes | None:
-    try:
-        fd = open_regular(pack, MAX_PACK_BYTES, name=f".git/objects/pack/{pack.name}", within=git)
-    except NotReadable:
-        return None
-    try:
-        chunk = os.pread(fd, 1 << 16, offset)
-    finally:
-        os.close(fd)
-    if not chunk:
-        return None
-    kind, i = (chunk[0] >> 4) & 7, 0
-    while chunk[i] & 0x80 and i < 10:           # the size's continuation bytes
-        i += 1
-    if kind != 1:                               # 1: a commit stored whole
-        return None
-    try:
-        return _inflate(chunk[i + 1:])
-    except zlib.error:
-        return None
 
 
 # -- recorded beside the results -----------------------------------------------------------------------------
 
 
 def record_times(out: Path, subs, zone: dt.tzinfo | None = None) -> None:
-    """Write DIR/results/<student>/submitted.json for each submission (src/lumen_ex/classroom/submissions.py's
+    """Write DIR/results/<student>/submitted.json for each submission (src/lumen_ex/classroom/entries.py's
     Submission: ``student``, ``source``, ``kind``). A zip's times are read in ``zone``, else in the
     saved due time's time zone, else in this machine's."""
-    from lumen_ex.classroom.scheduler import RESULTS
-    from lumen_ex.core.atomic import write_atomically
-
     policy = load_policy(out)
     zone = zone or (policy.due.tzinfo if policy else None)
     for sub in subs:
@@ -438,8 +337,6 @@ def record_times(out: Path, subs, zone: dt.tzinfo | None = None) -> None:
 
 
 def recorded_time(out: Path, student: str) -> SubmittedAt:
-    from lumen_ex.classroom.scheduler import RESULTS
-
     try:
         return SubmittedAt.from_dict(json.loads((Path(out) / RESULTS / student / TIME_FILE).read_text()))
     except (OSError, ValueError, KeyError, TypeError):

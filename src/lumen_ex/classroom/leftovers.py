@@ -3,7 +3,7 @@
 A ``lumen-ex grade`` that is killed outright (``kill -9``, the machine's out-of-memory killer)
 cannot clean up after itself. It can leave:
 
-- its scratch folder ``DIR/.scratch-<pid>-*`` (src/lumen_ex/classroom/scheduler.py), holding copies of the students'
+- its scratch folder ``DIR/.scratch-<pid>-*`` (src/lumen_ex/classroom/planning.py), holding copies of the students'
   code;
 - the empty stage folders ``lumen-ex-stage-<pid>-*`` of the bwrap launcher under the temporary
   folder (src/lumen_ex/sandbox/bwrap.py; the mounts inside them lived in a mount namespace that died with the
@@ -23,6 +23,8 @@ import shutil
 import stat
 import tempfile
 from pathlib import Path
+
+from lumen_ex.sandbox import cgroups as limits
 
 SCRATCH_PREFIX = ".scratch-"
 STAGE_PREFIX = "lumen-ex-stage-"
@@ -91,8 +93,6 @@ def sweep_stages(tmp: Path | None = None) -> list[Path]:
 def sweep_cgroups() -> None:
     """Remove the empty worker cgroups of processes that are gone (src/lumen_ex/sandbox/cgroups.py)."""
     try:
-        from lumen_ex.sandbox import cgroups as limits
-
         for controller in ("", "pids", "memory"):
             parent = limits._parent(controller)      # noqa: SLF001  where workers' cgroups are made
             if parent.is_dir():

@@ -33,6 +33,7 @@ through src/lumen_ex/core/bounded.py (regular files, capped sizes).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -41,9 +42,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from lumen_ex.classroom.entries import Submission
+from lumen_ex.classroom.submissions import prepare
+from lumen_ex.classroom.ungraded import unpreparable_result
+from lumen_ex.core import catalog as catalog_mod
 from lumen_ex.core import seeds
+from lumen_ex.core.atomic import write_atomically
 from lumen_ex.core.options import SEED_ENV
-from lumen_ex.harness.container_entry import exit_now, seed_given
+from lumen_ex.core.results import SandboxInfo
+from lumen_ex.feedback.formats import gradescope, prairielearn
+from lumen_ex.harness.check import run_check
+from lumen_ex.harness.container_entry import error_result, exit_now, seed_given
+from lumen_ex.sandbox.container import ContainerLauncher
 
 EXERCISES_ENV = "LUMEN_EX_EXERCISES"
 
@@ -84,10 +94,6 @@ def run(argv: list[str], launcher=None) -> int:
     ``launcher`` is the worker launcher (default: the grader image's, which starts the worker as
     ``lumen-worker``); the project's tests pass a host launcher to run this outside the image.
     """
-    import json
-
-    from lumen_ex.core.atomic import write_atomically
-
     args = parse(argv)
     platform = PLATFORMS[args.platform]
     seed = seed_given(args.seed)
@@ -115,8 +121,6 @@ def guard(folder: Path) -> None:
 
 
 def render(platform: str, runs: list) -> dict:
-    from lumen_ex.feedback.formats import gradescope, prairielearn
-
     return {"gradescope": gradescope.combine, "prairielearn": prairielearn.combine}[platform](runs)
 
 
@@ -127,11 +131,6 @@ def grade_submission(source: Path, wanted: list[str], *, seed: int | None, devic
     exercise (0 points, "no 01-attention/attention.py"), an unreadable submission or a grader that
     could not run is an exercise with status error and the reason.
     """
-    from lumen_ex.classroom.scheduler import unpreparable_result
-    from lumen_ex.classroom.submissions import Submission, prepare
-    from lumen_ex.core import catalog as catalog_mod
-    from lumen_ex.core.results import SandboxInfo
-
     started = time.monotonic()
     cat = catalog_mod.load()
     try:
@@ -156,14 +155,9 @@ def grade_submission(source: Path, wanted: list[str], *, seed: int | None, devic
 
 
 def _check(ex, workspace: Path, seed: int, device: str, launcher):
-    from lumen_ex.harness.check import run_check
-    from lumen_ex.harness.container_entry import error_result
-
     started = time.monotonic()
     try:
         if launcher is None:
-            from lumen_ex.sandbox.container import ContainerLauncher
-
             launcher = ContainerLauncher()
         return run_check(ex.number, workspace=workspace, seed=seed, device=device, record=False,
                          launcher=launcher)
@@ -173,8 +167,6 @@ def _check(ex, workspace: Path, seed: int, device: str, launcher):
 
 def _configuration_error(reason: str, device: str, started: float):
     """The result when the assignment names an exercise the catalogue does not have."""
-    from lumen_ex.harness.container_entry import error_result
-
     return error_result("?", None, device, RuntimeError(reason), started)
 
 

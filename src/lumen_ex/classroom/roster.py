@@ -4,7 +4,7 @@ The roster is a CSV file with a header row. Each row is one student; the name is
 ``student`` (or ``name``; else the first column), and any of the columns ``login``, ``github``,
 ``username``, ``id``, ``email`` may hold another name the student's entry could carry (a GitHub
 Classroom repository is usually named after the login). A submission belongs to a roster row when
-its name as given, or its key (src/lumen_ex/classroom/submissions.py ``student_key``), equals one of the row's
+its name as given, or its key (src/lumen_ex/classroom/entries.py ``student_key``), equals one of the row's
 names or their keys, ignoring case and Unicode form (an NFD "Zoë" is the NFC "Zoë").
 
 The gradebook (src/lumen_ex/classroom/gradebook.py) then has one row per roster student, in the roster's order:
@@ -19,7 +19,7 @@ import os
 import unicodedata
 from pathlib import Path
 
-from lumen_ex.classroom.submissions import Submission, student_key
+from lumen_ex.classroom.entries import Submission, student_key
 from lumen_ex.core.bounded import NotReadable, read_regular
 from lumen_ex.core.errors import UsageError
 

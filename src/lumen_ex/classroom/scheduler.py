@@ -4,10 +4,10 @@
 
 How it works:
 
-- SUBMISSIONS is read by src/lumen_ex/classroom/submissions.py: one student per folder or zip, each given a
-  throwaway workspace in a scratch folder (DIR/.scratch-*, removed at the end). Every file is read
-  through src/lumen_ex/core/bounded.py (regular files only, size caps) and looking through a submission has
-  an entry and time budget, so a FIFO, a link to /dev/zero or a zip bomb is that student's ``fail``
+- SUBMISSIONS is read by src/lumen_ex/classroom/entries.py and submissions.py: one student per folder
+  or zip, each given a throwaway workspace in a scratch folder (DIR/.scratch-*, removed at the end).
+  Every file is read through src/lumen_ex/core/bounded.py (regular files only, size caps) and looking
+  through a submission has an entry and time budget, so a FIFO, a link to /dev/zero or a zip bomb is that student's ``fail``
   row with the reason, never a hang or a crash of the run.
 - The grading processes run isolated (``python -I`` in ``/``, src/lumen_ex/core/trusted.py): a student's
   ``json.py`` in the folder this command was started from is never imported by them.
@@ -32,45 +32,37 @@ How it works:
 - The unisolated mode (``--sandbox none``, or ``auto`` finding no sandbox) is refused unless
   ``--unsafe``: a class's code must not run with the instructor's permissions by accident.
 
-The gradebook and the class report are views of the documents on disk (src/lumen_ex/classroom/gradebook.py), so
+The gradebook and the class report are views of the documents on disk (src/lumen_ex/classroom/outputs.py), so
 they are rebuilt whole after every run, resumed or not.
+
+This module runs the plan (src/lumen_ex/classroom/planning.py: what to grade and why, the sandbox
+and the seed) on the grading processes (src/lumen_ex/classroom/grading_processes.py); each result is
+stored at once (src/lumen_ex/classroom/store.py), and a check that could not finish gets its
+document from src/lumen_ex/classroom/ungraded.py.
 """
 
 from __future__ import annotations
 
-import json
 import select
 import shutil
-import signal
-import tempfile
 import time
-import unicodedata
 from collections import deque
-from dataclasses import dataclass, field
+from contextlib import ExitStack
 from dataclasses import replace as with_changes
 from pathlib import Path
-from typing import Protocol
 
 from lumen_ex.classroom import store as grade_store
+from lumen_ex.classroom.batch_types import Finished, GradeRequest, Job, Outcome, Progress
 from lumen_ex.classroom.grading_processes import STOP_GRACE_S, GradingProcess
-from lumen_ex.classroom.submissions import Prepared, Skipped, Submission, discover_entries, prepare
-from lumen_ex.core import catalog as catalog_mod
-from lumen_ex.core.atomic import write_atomically
-from lumen_ex.core.catalog import Catalog, Exercise
+from lumen_ex.classroom.messages import JobDone, Ready, Reply, Started, WorkerPid
+from lumen_ex.classroom.planning import Planner
+from lumen_ex.classroom.store import describe_submission, record
+from lumen_ex.classroom.ungraded import grader_error_result, unpreparable_result
+from lumen_ex.core.catalog import Exercise
 from lumen_ex.core.errors import LumenError, UsageError
-from lumen_ex.core.results import (
-    Diagnosis,
-    RunResult,
-    SandboxInfo,
-    Status,
-    TestResult,
-    base_versions,
-    grader_error,
-    not_graded,
-)
+from lumen_ex.core.results import RunResult, Status
+from lumen_ex.sandbox.processes import signals_deferred, signals_interrupt
 
-RESULTS = "results"
-SUBMISSION_INFO = "submission.json"
 TIMEOUT_MARGIN_S = 60.0          # beyond an exercise's own start-up + run limits
 MAX_START_FAILURES = 3
 STARTUP_LIMIT_S = 180.0          # a grading process that has not imported torch by then is replaced
@@ -80,315 +72,12 @@ class GraderUnavailable(LumenError):
     exit_code = 3
 
 
-@dataclass
-class GradeRequest:
-    submissions: Path
-    out: Path
-    exercises: list[Exercise]
-    jobs: int = 1
-    sandbox: str = "auto"
-    force: bool = False
-    unsafe: bool = False
-    students: tuple[str, ...] = ()        # only these students (by name); all when empty
-    seed: int | None = None               # one seed for the class; a fresh one per check when None
-    device: str = "cpu"
-    timeout: float | None = None          # per student x exercise; default: the exercise's limits + a margin
-    formats: tuple[str, ...] = ()         # extra views written beside each result document
-    status_only: bool = False             # --status: say what is up to date, stale, missing, failed; grade nothing
-    roster: Path | None = None            # --roster FILE.csv: the enrolled students (src/lumen_ex/classroom/roster.py)
+class Batch(Planner):
+    """One run: the plan (:class:`lumen_ex.classroom.planning.Planner`), graded by ``--jobs`` grading processes."""
 
-
-@dataclass
-class Job:
-    id: int
-    student: str
-    exercise: Exercise
-    seed: int
-    started: float | None = None
-    fingerprint: dict | None = None       # what is graded (src/lumen_ex/classroom/store.py), kept in the record
-    reason: str = ""                      # why it is (re)graded
-    name: str = ""                        # the student's name as given
-
-
-@dataclass
-class Finished:
-    """One check that has just been recorded (what the progress display is told)."""
-
-    student: str
-    exercise: Exercise
-    result: RunResult
-    done: int
-    total: int
-    failed: int          # checks so far whose status is fail
-    errors: int          # checks so far whose status is error
-
-
-class Progress(Protocol):
-    def begin(self, total: int, resumed: int, students: int, note: str) -> None: ...
-    def finished(self, item: Finished) -> None: ...
-    def end(self) -> None: ...
-
-
-@dataclass
-class Outcome:
-    students: list[Submission]
-    graded: int                   # checks run this time
-    resumed: int                  # checks skipped because a document existed
-    interrupted: bool = False
-    notes: list[str] = field(default_factory=list)
-    sandbox: str = ""
-    seed: int = 0                                                   # the class seed
-    regraded: list[tuple[str, str, str]] = field(default_factory=list)   # (name, exercise dir, why)
-    states: list[tuple[Submission, Exercise, grade_store.State]] = field(default_factory=list)  # --status
-    skipped: list[Skipped] = field(default_factory=list)
-
-
-def result_path(out: Path, student: str, ex: Exercise) -> Path:
-    return Path(out) / RESULTS / student / f"{ex.dir}.json"
-
-
-def load_document(path: Path) -> dict | None:
-    """A stored result document, or None when absent or not a valid one."""
-    try:
-        doc = json.loads(path.read_text())
-        RunResult.from_dict(doc)
-        return doc
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def record(out: Path, student: str, ex: Exercise, result: RunResult, fingerprint: dict | None = None,
-           run: str = "") -> None:
-    """Store a result document, and with ``fingerprint`` its record of what was graded
-    (src/lumen_ex/classroom/store.py), which a rerun compares with the submission as it is then."""
-    grade_store.write_result(out, student, ex.dir, result.to_json() + "\n", fingerprint, run)
-
-
-def describe_submission(out: Path, sub: Submission, prepared: Prepared) -> None:
-    """DIR/results/<student>/submission.json: what was graded, from where (and the git commit,
-    read by :func:`lumen_ex.classroom.submissions.prepare` through the bounded reader)."""
-    info = {"student": sub.student, "name": sub.name, "source": sub.source.name, "kind": sub.kind,
-            "commit": prepared.commit,
-            "graded": prepared.found, "missing": prepared.missing, "refused": prepared.refused,
-            "ambiguous": prepared.ambiguous}
-    write_atomically(Path(out) / RESULTS / sub.student / SUBMISSION_INFO,
-                     json.dumps(info, indent=1) + "\n")
-
-
-def select_students(subs: list[Submission], wanted: tuple[str, ...], folder: Path) -> list[Submission]:
-    """The submissions ``--student`` names: by the name as given (any Unicode form: an NFD "Zoë"
-    matches an NFC one), by the entry's file name, or by the key."""
-    def norm(text: str) -> str:
-        return unicodedata.normalize("NFC", text)
-
-    asked = {norm(w) for w in wanted}
-    chosen = [s for s in subs if asked & {norm(s.name), norm(s.source.name), s.student}]
-    known = {norm(n) for s in chosen for n in (s.name, s.source.name, s.student)}
-    unknown = sorted(w for w in wanted if norm(w) not in known)
-    if unknown:
-        raise UsageError(f"no submission for {', '.join(unknown)} in {folder}",
-                         "Use the names of the folders or zips (without .zip), as they are written")
-    return chosen
-
-
-# -- documents for checks that could not run ----------------------------------------------------
-
-
-def _versions() -> dict[str, str]:
-    return {**base_versions(), "catalog": catalog_mod.load().version}
-
-
-def submission_result(ex: Exercise, reason: str, *, status: Status, sandbox: SandboxInfo, device: str,
-                      seed: int = 0) -> RunResult:
-    """The document of an exercise that could not be graded because of the submission itself
-    (``fail``, 0 points: the file is not there, or the submission broke a rule of
-    src/lumen_ex/classroom/submissions.py), with the reason."""
-    test = TestResult("submission", f"{ex.path} was submitted", "submission", Status.ERROR,
-                      max_score=ex.max_score, message=reason,
-                      diagnosis=Diagnosis("missing", reason, hint=f"Submit your file as {ex.path}."))
-    return not_graded(ex.summary(), test, status=status, max_score=ex.max_score, sandbox=sandbox, device=device,
-                      seed=seed, versions=_versions())
-
-
-def unpreparable_result(ex: Exercise, refused: str, missing: dict[str, str], *, sandbox: SandboxInfo,
-                        device: str, seed: int = 0) -> RunResult | None:
-    """The document of an exercise the submission itself keeps from being graded (the whole
-    submission refused, or this exercise's file missing or unreadable: fail, with the reason; the
-    submission is charged, not the grader), or None when it can be graded."""
-    if refused:
-        return submission_result(ex, refused, status=Status.FAIL, sandbox=sandbox, device=device, seed=seed)
-    if ex.slug in missing:
-        return submission_result(ex, missing[ex.slug], status=Status.FAIL, sandbox=sandbox, device=device,
-                                 seed=seed)
-    return None
-
-
-def grader_error_result(ex: Exercise, reason: str, *, sandbox: SandboxInfo, device: str, seed: int,
-                        duration: float = 0.0) -> RunResult:
-    """The document of a check whose grading process died or hung: status ``error``, the reason."""
-    return grader_error(ex.summary(), reason, sandbox=sandbox, device=device, seed=seed, duration=duration,
-                        versions=_versions())
-
-
-def prepare_safely(sub: Submission, exercises: list[Exercise], catalog: Catalog, scratch: Path) -> Prepared:
-    """:func:`lumen_ex.classroom.submissions.prepare`, and should it fail unexpectedly, a refused submission
-    with the reason: one student's files never end the class's run."""
-    try:
-        return prepare(sub, exercises, catalog, scratch)
-    except Exception as exc:  # noqa: BLE001  a row with the reason, never a crash of the batch
-        ws = scratch / "ws" / sub.student
-        ws.mkdir(parents=True, exist_ok=True)
-        return Prepared(ws, refused=f"the submission {sub.source.name} could not be read: "
-                                    f"{type(exc).__name__}: {exc}")
-
-
-# -- the sandbox ---------------------------------------------------------------------------------
-
-
-def choose_sandbox(name: str, unsafe: bool) -> tuple[str, SandboxInfo, str]:
-    """The grading processes' SANDBOX argument, what it is, and a note; refuses unisolated without --unsafe."""
-    from lumen_ex.sandbox.select import select_backend
-
-    launcher, note = select_backend(name)
-    if not launcher.keeps_workers:    # docker: each check is a container run, its image named in the spec
-        return launcher.spec(), SandboxInfo(launcher.name, True, {}, note), note
-    if not launcher.isolated and not unsafe:
-        why = ("--sandbox none runs every student's code with your permissions" if name == "none" else
-               f"no sandbox is available here ({note.strip()})")
-        raise UsageError(f"batch grading refuses the unisolated mode: {why}",
-                         "Use --sandbox bwrap or --sandbox docker (see `lumen-ex doctor`), "
-                         "or pass --unsafe if you trust every submission")
-    info = SandboxInfo(launcher.name, launcher.isolated, {}, " ".join(filter(None, [launcher.note(), note])))
-    return launcher.name, info, note
-
-
-def image_id(ref: str) -> str:
-    """The id (sha256) of the grader image ``ref``, '' when docker cannot say: results graded under
-    another image are regraded (src/lumen_ex/classroom/store.py)."""
-    from lumen_ex.image import engine
-
-    answer = engine.docker("image", "inspect", "--format", "{{.Id}}", ref, timeout=30)
-    return answer.out.strip() if answer.ok else ""
-
-
-# -- the batch -----------------------------------------------------------------------------------
-
-
-class Batch:
     def __init__(self, req: GradeRequest, progress: Progress | None):
-        self.req = req
+        super().__init__(req)
         self.progress = progress
-        self.catalog: Catalog = catalog_mod.load()
-        self.out = Path(req.out)
-
-    # planning ----------------------------------------------------------------------------------
-
-    def plan(self) -> tuple[list[Submission], list[Job], int, list[str]]:
-        """Which student x exercise to grade, and why: everything whose stored result is no
-        longer true of the submission as it is now (src/lumen_ex/classroom/store.py), or all with --force.
-
-        Every submission is read into its throwaway workspace here (so that its files can be
-        hashed); the workspaces of students with nothing to grade are removed at once."""
-        req = self.req
-        if not Path(req.submissions).is_dir():
-            raise UsageError(f"{req.submissions} is not a folder", "Pass the folder holding one entry per student")
-        notes = [] if req.status_only else grade_store.recover(self.out)
-        subs, self.skipped, found_notes = discover_entries(Path(req.submissions), exclude=(self.out,))
-        notes += found_notes
-        self.all_subs = subs
-        if req.students:
-            subs = select_students(subs, req.students, req.submissions)
-        if not subs:
-            raise UsageError(f"no submissions in {req.submissions}", "It must hold one folder or .zip per student")
-        self.seed, seed_note = grade_store.class_seed(self.out, req.seed)
-        notes += [seed_note] if seed_note else []
-        self._choose_sandbox()
-        versions = self._fingerprint_versions()
-        self.scratch = self._make_scratch()
-        self.prepared: dict[str, Prepared] = {}
-        self.states: list[tuple[Submission, Exercise, grade_store.State]] = []
-        jobs: list[Job] = []
-        resumed = 0
-        for sub in subs:
-            prepared = prepare_safely(sub, req.exercises, self.catalog, self.scratch)
-            wanted = 0
-            for ex in req.exercises:
-                fp = self._fingerprint(sub, ex, prepared, versions)
-                state = (grade_store.State("stale", "--force") if req.force else
-                         grade_store.state_of(self.out, sub.student, ex.dir, fp))
-                self.states.append((sub, ex, state))
-                if state.current:
-                    resumed += 1
-                    continue
-                wanted += 1
-                jobs.append(Job(len(jobs), sub.student, ex, self.seed, fingerprint=fp, reason=state.reason,
-                                name=sub.name))
-            if wanted and not req.status_only:
-                self.prepared[sub.student] = prepared
-            else:
-                shutil.rmtree(prepared.workspace, ignore_errors=True)
-        if not req.status_only:
-            self._save_class()
-        return subs, jobs, resumed, notes
-
-    def _fingerprint(self, sub: Submission, ex: Exercise, prepared: Prepared, versions: dict) -> dict:
-        """What this student x exercise is graded from (src/lumen_ex/classroom/store.py ``fingerprint``)."""
-        problem = prepared.refused or prepared.missing.get(ex.slug, "")
-        files = {} if problem else grade_store.hash_files(prepared.workspace / ex.dir)
-        return grade_store.fingerprint(name=sub.name, entry=sub.source.name, kind=sub.kind, files=files,
-                                       problem=problem, versions=versions, seed=self.seed, device=self.req.device)
-
-    def _fingerprint_versions(self) -> dict[str, str]:
-        """lumen-ex, the catalogue and, under docker, the grader image's id."""
-        versions = {"lumen_ex": base_versions()["lumen_ex"], "catalog": self.catalog.version}
-        if self.sandbox.startswith("docker:"):
-            versions["image"] = image_id(self.sandbox.split(":", 1)[1])
-        return versions
-
-    def _choose_sandbox(self) -> None:
-        """The sandbox (refused unisolated without --unsafe); --status only needs to know if it is docker."""
-        try:
-            self.sandbox, self.sandbox_info, self.note = choose_sandbox(self.req.sandbox, self.req.unsafe)
-        except UsageError:
-            if not self.req.status_only:
-                raise
-            self.sandbox, self.sandbox_info, self.note = "none", SandboxInfo("none", False), ""
-
-    def _make_scratch(self) -> Path:
-        if self.req.status_only:
-            return Path(tempfile.mkdtemp(prefix="lumen-ex-status-")).absolute()
-        from lumen_ex.classroom.leftovers import scratch_prefix, sweep
-
-        sweep(self._ensure_out())       # what a run killed by SIGKILL left (src/lumen_ex/classroom/leftovers.py)
-        return Path(tempfile.mkdtemp(prefix=scratch_prefix(), dir=self.out)).absolute()
-
-    def _save_class(self) -> None:
-        """DIR/class.json: the class seed, every entry found and skipped, the roster's match."""
-        from lumen_ex.classroom.roster import match_roster
-
-        data = grade_store.load_class(self.out)
-        data.update({
-            "seed": self.seed,
-            "entries": [{"key": s.student, "name": s.name, "entry": s.source.name, "kind": s.kind}
-                        for s in self.all_subs],
-            "skipped": [{"entry": k.entry, "reason": k.reason} for k in self.skipped],
-        })
-        if self.req.roster is not None:
-            data["roster"] = match_roster(Path(self.req.roster), self.all_subs)
-        self._ensure_out()
-        grade_store.save_class(self.out, data)
-
-    def status(self) -> Outcome:
-        """``--status``: where every student x exercise stands; nothing is graded or written."""
-        try:
-            subs, jobs, resumed, notes = self.plan()
-        finally:
-            if getattr(self, "scratch", None) is not None:
-                shutil.rmtree(self.scratch, ignore_errors=True)
-        return Outcome(subs, 0, resumed, notes=notes, seed=self.seed, states=self.states, skipped=self.skipped,
-                       regraded=[(j.name, j.exercise.dir, j.reason) for j in jobs])
-
-    # running -----------------------------------------------------------------------------------
 
     def run(self) -> Outcome:
         req = self.req
@@ -426,10 +115,8 @@ class Batch:
         counts = {"done": 0, "fail": 0, "error": 0}
         described: set[str] = set()
         start_failures = 0
-        saved = {}
-        if threading_main():
-            for sig in (signal.SIGTERM, signal.SIGHUP):
-                saved[sig] = signal.signal(sig, _raise_interrupt)
+        handlers = ExitStack()
+        handlers.enter_context(signals_interrupt())     # SIGTERM and SIGHUP stop the run as Ctrl-C does
         if self.progress:
             self.progress.begin(len(jobs), resumed, len(subs), note)
 
@@ -506,7 +193,7 @@ class Batch:
                     for msg in messages:
                         self._handle(proc, msg, finish)
                     if eof:
-                        replace(proc, None)
+                        replace(proc, proc.broken or None)
                 now = time.monotonic()
                 for proc in list(procs):
                     head = proc.queue[0] if proc.queue else None
@@ -525,9 +212,7 @@ class Batch:
                 grade_store.commit_staging(self.out, dest)
         except KeyboardInterrupt:
             outcome.interrupted = True
-            signal.signal(signal.SIGINT, signal.SIG_IGN)     # the clean-up below must finish
-            for sig in (signal.SIGTERM, signal.SIGHUP):
-                signal.signal(sig, signal.SIG_IGN)
+            handlers.enter_context(signals_deferred())     # the clean-up below must finish
             for proc in procs:      # all at once: each gets its SIGTERM before anyone's grace period
                 proc.terminate()
             for proc in procs:
@@ -542,11 +227,7 @@ class Batch:
                 shutil.rmtree(dest, ignore_errors=True)
                 outcome.notes.append("--force was interrupted: none of its new results were kept, the results "
                                      "from before it stand (run it again to regrade)")
-            if threading_main():
-                for sig, handler in saved.items():
-                    signal.signal(sig, handler)
-                if outcome.interrupted:
-                    signal.signal(signal.SIGINT, signal.default_int_handler)
+            handlers.close()        # the signal handlers from before the run, its clean-up done
             if self.progress:
                 self.progress.end()
         return outcome
@@ -566,27 +247,27 @@ class Batch:
         for msg in messages:
             self._handle(proc, msg, finish)
 
-    def _handle(self, proc: GradingProcess, msg: dict, finish) -> None:
+    def _handle(self, proc: GradingProcess, msg: Reply, finish) -> None:
         """A result sent before a stop is a real verdict (a process that is told to stop sends none)."""
-        if msg.get("ready"):
+        if isinstance(msg, Ready):
             proc.ready = True
-        elif "pid" in msg and isinstance(msg["pid"], int):
-            proc.worker_pids.add(msg["pid"])
-        elif "start" in msg:
+        elif isinstance(msg, WorkerPid):
+            proc.worker_pids.add(msg.pid)
+        elif isinstance(msg, Started):
             for job in proc.queue:
-                if job.id == msg["start"]:
+                if job.id == msg.id:
                     job.started = time.monotonic()
                     began = getattr(self.progress, "started_check", None)    # "now: alice attention"
                     if began is not None:
                         began(job.student, job.exercise)
-        elif "done" in msg:
-            job = next((j for j in proc.queue if j.id == msg["done"]), None)
+        elif isinstance(msg, JobDone):
+            job = next((j for j in proc.queue if j.id == msg.id), None)
             if job is None:
                 return
             proc.queue.remove(job)
             proc.worker_pids.clear()
             try:
-                result = RunResult.from_dict(msg["result"])
+                result = msg.run_result()
             except (KeyError, TypeError, ValueError) as exc:
                 result = grader_error_result(job.exercise, f"the grading process sent an invalid result ({exc})",
                                              sandbox=self.sandbox_info, device=self.req.device, seed=job.seed)
@@ -596,20 +277,6 @@ class Batch:
         if self.req.timeout:
             return float(self.req.timeout)
         return ex.times.startup_seconds + ex.times.run_seconds + TIMEOUT_MARGIN_S
-
-    def _ensure_out(self) -> Path:
-        self.out.mkdir(parents=True, exist_ok=True)
-        return self.out
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-def threading_main() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 def grade_class(req: GradeRequest, progress: Progress | None = None) -> Outcome:
@@ -626,4 +293,4 @@ def class_status(req: GradeRequest) -> Outcome:
     """``lumen-ex grade --status``: what is up to date, stale, missing or failed, without grading."""
     if not req.exercises:
         raise UsageError("no exercise chosen", "Pass --exercise N (repeatable) or --all")
-    return Batch(with_changes(req, status_only=True), None).status()
+    return Planner(with_changes(req, status_only=True)).status()

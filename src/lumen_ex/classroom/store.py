@@ -9,7 +9,7 @@ Beside each result document (DIR/results/<key>/<exercise>.json) is its **record*
   exercise (the learner's file and the ``.py`` files beside it), or ``problem``, the reason it could
   not be graded (missing, refused);
 - ``versions``: lumen-ex, the exercise catalogue and, under docker, the grader image's id;
-- ``seed`` (the class seed, src/lumen_ex/classroom/scheduler.py) and ``device``;
+- ``seed`` (the class seed, src/lumen_ex/classroom/planning.py) and ``device``;
 
 and ``result_sha256``, the hash of the document it belongs to (a record and a document that do not
 match are a write that was cut short). A rerun compares the fingerprint of what it would grade now
@@ -25,6 +25,10 @@ leaves a mix of old and new results.
 
 DIR/class.json is the class record: the class seed, every entry found (key, name as given, kind),
 the entries skipped and why, and the roster match. The gradebook (src/lumen_ex/classroom/gradebook.py) reads it.
+DIR/results/<key>/submission.json says what was graded of each submission, and from where.
+
+Everything that reads or writes DIR goes through here: :func:`record` and :func:`load_document`
+for the result documents, :func:`describe_submission`, the class record and the staging.
 """
 
 from __future__ import annotations
@@ -38,9 +42,14 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from lumen_ex.classroom.entries import Submission
+from lumen_ex.classroom.submissions import Prepared
 from lumen_ex.core.atomic import write_atomically
+from lumen_ex.core.catalog import Exercise
+from lumen_ex.core.results import RunResult
 
 RESULTS = "results"
+SUBMISSION_INFO = "submission.json"
 CLASS_FILE = "class.json"
 STAGING = ".staging"
 JOURNAL = "swap.json"
@@ -85,6 +94,47 @@ def write_result(out: Path, key: str, ex_dir: str, document: str, fp: dict | Non
     record = {"fingerprint": fp, "result_sha256": hashlib.sha256(document.encode()).hexdigest(), "run": run,
               "recorded": _now()}
     write_atomically(record_path(out, key, ex_dir), json.dumps(record, indent=1) + "\n")
+
+
+def result_path(out: Path, student: str, ex: Exercise) -> Path:
+    return document_path(out, student, ex.dir)
+
+
+def load_document(path: Path) -> dict | None:
+    """A stored result document, or None when absent or not a valid one."""
+    try:
+        doc = json.loads(path.read_text())
+        RunResult.from_dict(doc)
+        return doc
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def record(out: Path, student: str, ex: Exercise, result: RunResult, fingerprint: dict | None = None,
+           run: str = "") -> None:
+    """Store a result document, and with ``fingerprint`` its record of what was graded
+    (:func:`fingerprint`), which a rerun compares with the submission as it is then."""
+    write_result(out, student, ex.dir, result.to_json() + "\n", fingerprint, run)
+
+
+def describe_submission(out: Path, sub: Submission, prepared: Prepared) -> None:
+    """DIR/results/<student>/submission.json: what was graded, from where (and the git commit,
+    read by :func:`lumen_ex.classroom.submissions.prepare` through the bounded reader)."""
+    info = {"student": sub.student, "name": sub.name, "source": sub.source.name, "kind": sub.kind,
+            "commit": prepared.commit,
+            "graded": prepared.found, "missing": prepared.missing, "refused": prepared.refused,
+            "ambiguous": prepared.ambiguous}
+    write_atomically(Path(out) / RESULTS / sub.student / SUBMISSION_INFO,
+                     json.dumps(info, indent=1) + "\n")
+
+
+def submission_info(out: Path, student: str) -> dict:
+    """DIR/results/<student>/submission.json, or {} when there is none (or it cannot be read)."""
+    try:
+        info = json.loads((Path(out) / RESULTS / student / SUBMISSION_INFO).read_text())
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
 def read_record(out: Path, key: str, ex_dir: str) -> dict | None:
@@ -247,7 +297,7 @@ def recover(out: Path) -> list[str]:
         journal.unlink()
     for left in sorted(p for p in base.iterdir() if p.is_dir()):
         count = sum(1 for p in left.rglob("*.json") if not p.name.endswith(RECORD_SUFFIX)
-                    and p.name != "submission.json")
+                    and p.name != SUBMISSION_INFO)
         shutil.rmtree(left, ignore_errors=True)
         notes.append(f"an earlier --force run did not finish: its {count} new results were discarded and the "
                      "results from before it are kept (run it again to regrade)")

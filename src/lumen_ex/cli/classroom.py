@@ -7,6 +7,10 @@ status error (listed in the report); 2 a usage error (including the refused unis
 Names, notes and reasons come from the submissions (a folder's name, an exception's message):
 they are printed as ``rich.text.Text``, never markup, after src/lumen_ex/core/untrusted.py has shown
 their control characters (``one_line``).
+
+The classroom modules are imported inside the functions that use them, not at the top: every
+``lumen-ex`` command imports this module (src/lumen_ex/cli/main.py), and a command that grades no
+class (``lumen-ex check``, ``lumen-ex grade --help``) imports none of them (start-up time).
 """
 
 from __future__ import annotations
@@ -312,8 +316,9 @@ def grade(ctx, submissions: Path, numbers, all_: bool, out: Path, jobs: int, san
         for path in written:
             click.echo(f"wrote {path}")
         ctx.exit(0)
-    from lumen_ex.classroom.gradebook import write_outputs
-    from lumen_ex.classroom.scheduler import GradeRequest, grade_class
+    from lumen_ex.classroom.batch_types import GradeRequest
+    from lumen_ex.classroom.outputs import write_outputs
+    from lumen_ex.classroom.scheduler import grade_class
     from lumen_ex.cli.render import console
 
     con = console()

@@ -19,7 +19,7 @@ entry points ``lumen-ex-container`` and ``lumen-ex-platform`` (src/lumen_ex/imag
 line to ``python -IB``).
 
 The ``lumen-ex`` command itself (check, watch, grade, ...) is a console script whose entry point is
-:func:`run_cli`, in this module, which imports nothing but ``os`` and ``sys``: Python puts the
+``run_cli`` (src/lumen_ex/cli/entry.py), which imports nothing but ``os`` and ``sys``: Python puts the
 script's own folder (the venv's ``bin``), not the current folder, on ``sys.path``, and when the
 command was started with a variable from :data:`IMPORT_VARIABLES` set, :func:`reexec_isolated`
 starts it again at once as ``python -I -m lumen_ex.cli.main``, before click, rich, json, torch or

@@ -95,7 +95,7 @@ def check_here(ex, workspace: Path, learner_file: Path, launcher: Launcher, *, s
         first = launcher.launch(spec)  # before importing torch here: the two imports then overlap
     pool = None
     try:
-        from lumen_ex.harness.client import WorkerPool
+        from lumen_ex.harness.client import WorkerPool  # lazy: it imports torch, after the launch above
 
         pool = WorkerPool(launcher, spec, first=first, module=ex.module, functions=list(ex.functions),
                           forbidden=list(ex.forbidden), source=source.data,
@@ -132,7 +132,7 @@ def _confirm_device(pool, wanted: str, device: str) -> str:
     """With --device auto, fall back to the CPU when the worker's torch cannot see the GPU."""
     if device != "cuda":
         return device
-    from lumen_ex.harness.client import WorkerFailure
+    from lumen_ex.harness.client import WorkerFailure  # lazy: it imports torch (see check_here)
 
     try:
         hello = pool.worker.wait_hello(time.monotonic() + pool.startup_timeout)
@@ -148,11 +148,12 @@ def _confirm_device(pool, wanted: str, device: str) -> str:
 
 def _run_tests(ex, pool, learner_file: Path, *, seed: int, device: str, select: str | None,
                lean: bool = False):
-    from lumen_ex.harness.proxy import Submission
+    # lazy: they import torch and pytest, which this module must not before the worker's launch
+    from lumen_ex.harness.proxy import LearnerModule
     from lumen_ex.harness.runner import run_suite
 
-    submission = Submission(pool, device, learner_file.name)
-    return run_suite(ex.suite, submission, seed=seed, device=device, select=select, lean=lean)
+    learner = LearnerModule(pool, device, learner_file.name)
+    return run_suite(ex.suite, learner, seed=seed, device=device, select=select, lean=lean)
 
 
 def score(ex, tests: list[TestResult]) -> None:
@@ -186,7 +187,7 @@ def skip_gpu_tests(tests: list[TestResult], device: str) -> None:
 
 
 def _assemble(ex, tests, errors, sandbox: SandboxInfo, *, device, seed, started) -> RunResult:
-    import torch
+    import torch  # lazy: not before the worker's launch (see the module docstring)
 
     skip_gpu_tests(tests, device)
     score(ex, tests)

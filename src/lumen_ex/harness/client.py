@@ -17,6 +17,7 @@ import torch
 
 from lumen_ex.sandbox.base import Launched, Launcher, WorkerSpec
 from lumen_ex.sandbox.inside import wire
+from lumen_ex.sandbox.processes import reap
 
 OUTPUT_CAP = 8 * 1024
 
@@ -206,10 +207,7 @@ class Worker:
             self.parser.feed(chunk)
 
     def _died_message(self) -> str:
-        try:
-            self.launched.proc.wait(timeout=2)
-        except Exception:  # noqa: BLE001
-            pass
+        reap(self.launched.proc, 2.0)   # a moment for its exit status, without waiting on a hung one
         return f"the worker process died ({self.launched.exit_description()})"
 
     # -- protocol -------------------------------------------------------------------------

@@ -30,7 +30,9 @@ import time
 from pathlib import Path
 
 from lumen_ex.core.atomic import write_atomically
+from lumen_ex.core.errors import LumenError
 from lumen_ex.core.options import SEED_ENV
+from lumen_ex.core.results import SandboxInfo, grader_error, one_line
 
 WORKSPACE = Path("/workspace")
 RESULTS = Path("/results")
@@ -81,6 +83,7 @@ def run(argv: list[str]) -> int:
     args = parse(argv)
     seed = seed_given(args.seed)
     try:
+        # lazy, inside the try: a document is written even when the grader itself fails to import
         from lumen_ex.harness.check import run_check
         from lumen_ex.sandbox.container import ContainerLauncher
 
@@ -100,16 +103,13 @@ def error_document(exercise: str, seed: int | None, device: str, exc: BaseExcept
 
 def error_result(exercise: str, seed: int | None, device: str, exc: BaseException, started: float):
     """The RunResult of a check that could not run (see :func:`error_document`)."""
-    from lumen_ex.core.errors import LumenError
-    from lumen_ex.core.results import SandboxInfo, grader_error, one_line
-
     if isinstance(exc, LumenError):
         message = str(exc)
     else:
         message = f"the grader failed in the container: {type(exc).__name__}: {exc}"
     summary = {"number": 0, "slug": "unknown", "title": "unknown"}
     try:
-        from lumen_ex.core import catalog
+        from lumen_ex.core import catalog  # lazy, inside the try: the catalogue may be what failed
 
         summary = catalog.load().find(exercise).summary()
     except Exception:  # noqa: BLE001  the catalogue itself may be what failed

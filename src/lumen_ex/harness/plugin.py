@@ -16,15 +16,15 @@ import pytest
 from lumen_ex.core.results import CheckFailed, Diagnosis, Status, TestResult, take_notes
 from lumen_ex.harness.client import ImportFailed, LearnerError, WorkerFailure
 from lumen_ex.harness.float32_cause import float32_cause
-from lumen_ex.harness.proxy import Submission
+from lumen_ex.harness.proxy import LearnerModule
 
 STATUS_OF_KIND = {"timeout": Status.TIMEOUT, "crash": Status.ERROR, "protocol": Status.FAIL,
                   "import": Status.ERROR, "grader": Status.ERROR}
 
 
 class GradingPlugin:
-    def __init__(self, submission: Submission, *, seed: int, device: str):
-        self._submission = submission
+    def __init__(self, learner: LearnerModule, *, seed: int, device: str):
+        self._learner = learner
         self._seed = seed
         self._device = device
         self.results: dict[str, TestResult] = {}
@@ -34,8 +34,9 @@ class GradingPlugin:
     # -- fixtures -----------------------------------------------------------------------------
 
     @pytest.fixture
-    def submission(self) -> Submission:
-        return self._submission
+    def submission(self) -> LearnerModule:
+        """The learner's module (the fixture keeps the name the hidden suites use)."""
+        return self._learner
 
     @pytest.fixture
     def device(self) -> str:
@@ -50,7 +51,7 @@ class GradingPlugin:
     @pytest.fixture
     def cuda(self) -> str:
         """The device for tests that need a GPU; skipped cleanly without one."""
-        if not self._submission.cuda_available:
+        if not self._learner.cuda_available:
             pytest.skip("no CUDA device in the sandbox")
         return "cuda"
 
@@ -64,7 +65,7 @@ class GradingPlugin:
             self.collect_errors.append(str(report.longrepr)[-2000:])
 
     def pytest_runtest_setup(self, item) -> None:
-        self._submission.outputs.clear()
+        self._learner.outputs.clear()
         take_notes()   # a note left outside a test belongs to none
         self._started = time.perf_counter()
 
@@ -85,36 +86,36 @@ class GradingPlugin:
             record.message = _skip_reason(report)
         elif report.failed:
             record.status, record.diagnosis = _classify(call.excinfo)
-            with_source_line(record.diagnosis, self._submission)
+            with_source_line(record.diagnosis, self._learner)
             record.message = record.diagnosis.summary
         notes = take_notes()
         if notes and record.status is Status.PASS and not record.message:
             record.message = " ".join(notes)   # a passing test's remark (src/lumen_ex/core/results.py note)
-        record.output = _cap("".join(o for o in self._submission.outputs if o))
+        record.output = _cap("".join(o for o in self._learner.outputs if o))
         record.duration = time.perf_counter() - self._started
 
     def ordered(self) -> list[TestResult]:
         return [self.results[n] for n in self.order]
 
 
-def graded_lines(submission: Submission) -> list[str]:
+def graded_lines(learner: LearnerModule) -> list[str]:
     """The lines of the learner's file as this check graded it: the snapshot the harness read once
     (src/lumen_ex/core/snapshot.py, held by the worker pool), never the file on disk, which may have changed."""
-    data = getattr(getattr(submission, "_pool", None), "source", None)
+    data = getattr(getattr(learner, "_pool", None), "source", None)
     return data.decode("utf-8", "replace").splitlines() if isinstance(data, bytes) else []
 
 
-def with_source_line(diag: Diagnosis, submission: Submission) -> None:
+def with_source_line(diag: Diagnosis, learner: LearnerModule) -> None:
     """Show the learner's own line under a diagnosis: for an exception, the line its traceback
     points to ("attention.py line 12 in f", details["where"]), read from the graded snapshot (the
     worker only says which line); for a float32 result, the line that made it
     (src/lumen_ex/harness/float32_cause.py)."""
-    lines = graded_lines(submission)
+    lines = graded_lines(learner)
     if not lines:
         return
-    float32_cause(diag, lines, submission.module_file)
+    float32_cause(diag, lines, learner.module_file)
     where = diag.details.get("where")
-    prefix = f"{submission.module_file} line "
+    prefix = f"{learner.module_file} line "
     if diag.kind != "exception" or not isinstance(where, str) or not where.startswith(prefix):
         return
     number = where[len(prefix):].split(" ", 1)[0]

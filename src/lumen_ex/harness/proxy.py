@@ -72,8 +72,8 @@ def tensor_meta(ref: dict, devices: frozenset[str]) -> TensorMeta:
     return TensorMeta(pytype=wire.clean_text(pytype, 120), device=device, **flags)
 
 
-class Submission:
-    """The learner's module, as seen by hidden tests."""
+class LearnerModule:
+    """The learner's module, as seen by hidden tests (the ``submission`` fixture they use)."""
 
     def __init__(self, pool: WorkerPool, device: str, module_file: str):
         self._pool = pool
@@ -233,6 +233,11 @@ class Submission:
         _require(isinstance(claimed, list) and len(claimed) <= wire.MAX_TENSORS
                  and all(type(n) is str for n in claimed), "the list of forbidden calls is malformed")
         return result, [wire.clean_text(n, 100) for n in claimed]
+
+
+# The name this class had before "submission" came to mean only a student's entry: still used by
+# src/lumen_ex/learner/ (watch mode), tests/sandbox/test_protocol_fuzz.py and tests/sandbox/test_sandbox.py.
+Submission = LearnerModule
 
 
 def _decode_grads(result: CallResult, grads, tensors, n_grads: int | None, devices) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from lumen_ex.core.results import Diagnosis, Status, TestResult
 from lumen_ex.harness.plugin import GradingPlugin
-from lumen_ex.harness.proxy import Submission
+from lumen_ex.harness.proxy import LearnerModule
 
 
 def suite_dir(suite: str) -> Path:
@@ -32,7 +32,7 @@ LEAN_DISABLED = ("logging", "junitxml", "pastebin", "doctest", "legacypath", "se
                  "subtests")
 
 
-def run_suite(suite: str, submission: Submission, *, seed: int, device: str,
+def run_suite(suite: str, learner: LearnerModule, *, seed: int, device: str,
               select: str | None = None, lean: bool = False,
               plugins: tuple = ()) -> tuple[list[TestResult], list[str]]:
     """Run the suite; return its results in file order and any collection errors.
@@ -41,7 +41,7 @@ def run_suite(suite: str, submission: Submission, *, seed: int, device: str,
     ``plugins``: more plugin objects for this session (lumen-ex watch uses one that holds the
     session at its run loop, collected in advance, until the learner's next save).
     """
-    plugin = GradingPlugin(submission, seed=seed, device=device)
+    plugin = GradingPlugin(learner, seed=seed, device=device)
     here = suite_dir(suite)
     args = [
         str(here),

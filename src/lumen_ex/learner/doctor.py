@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from lumen_ex import __version__
 from lumen_ex.core.limits import Limits
 from lumen_ex.harness.check import gpu_present
+from lumen_ex.image import engine
+from lumen_ex.image import tag as image
 from lumen_ex.sandbox import docker
 from lumen_ex.sandbox.bwrap import BwrapLauncher
 from lumen_ex.sandbox.cgroups import Enforcement
@@ -76,10 +78,6 @@ def diagnose() -> Report:
 def docker_findings(avail, state) -> list[Finding]:
     """The docker backend in detail (``avail, state`` from lumen_ex.sandbox.docker.probe): the
     engine, the grader image, and GPUs for containers."""
-    from lumen_ex.image import engine
-    from lumen_ex.image import tag as image
-    from lumen_ex.sandbox.docker import GPU_INSTALL
-
     eng = engine.engine()
     if not eng.running:
         return [Finding("docker", "engine", False, eng.reason, engine.INSTALL)]
@@ -94,7 +92,7 @@ def docker_findings(avail, state) -> list[Finding]:
     elif gpu_present():
         found.append(Finding("docker", "gpus", False, "an NVIDIA GPU is here, but docker cannot pass it to "
                              "containers (no NVIDIA container toolkit): --device cuda fails under docker",
-                             GPU_INSTALL))
+                             docker.GPU_INSTALL))
     else:
         found.append(Finding("docker", "gpus", False, "no GPU: docker checks run on the CPU"))
     return found

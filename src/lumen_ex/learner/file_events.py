@@ -4,7 +4,7 @@
 saves by writing a temporary file and renaming it over the old one is seen too; :class:`Poller`
 looks at mtime, size and inode every :data:`POLL_INTERVAL` seconds and hashes the content now and
 then. Both answer ``read() -> bool`` ("something may have changed"); :func:`file_digest` then says
-whether the content really did. Used by ``lumen-ex watch`` (src/lumen_ex/learner/watch.py).
+whether the content really did. Used by ``lumen-ex watch`` (src/lumen_ex/learner/watch_session.py).
 """
 
 from __future__ import annotations

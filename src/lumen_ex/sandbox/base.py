@@ -26,9 +26,10 @@ from typing import Callable
 from lumen_ex.core.limits import Limits
 from lumen_ex.core.results import RunResult
 from lumen_ex.sandbox.cgroups import Enforcement
+from lumen_ex.sandbox.processes import kill_group, reap
 
 # The files of lumen_ex/sandbox/inside a worker runs from (the folder is bound whole, read-only).
-WORKER_FILES = ("worker.py", "wire.py")
+WORKER_FILES = ("worker.py", "wire.py", "wire_limits.py", "wire_decode.py", "wire_replies.py")
 # The environment a worker sees: nothing from the host, one thread, a private home.
 WORKER_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -42,7 +43,7 @@ WORKER_ENV = {
 
 
 def inside_dir() -> Path:
-    """The folder of the files a sandbox sees (worker.py, wire.py): lumen_ex/sandbox/inside."""
+    """The folder of the files a sandbox sees (WORKER_FILES): lumen_ex/sandbox/inside."""
     return Path(__file__).resolve().parent / "inside"
 
 
@@ -113,16 +114,10 @@ class Launched:
         if self._closed:
             return
         self._closed = True
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group(self.proc.pid)
         if self._extra_kill is not None:
-            self._extra_kill()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+            self._extra_kill()     # the launcher's Command.cleanup: after the kill, before the reap
+        reap(self.proc)
         self.enforcement.cleanup()
         for fd in (self.request_fd, self.reply_fd, self.output_fd):
             try:

@@ -30,6 +30,7 @@ from lumen_ex.sandbox.base import (
     worker_argv,
 )
 from lumen_ex.sandbox.cgroups import Enforcement
+from lumen_ex.sandbox.processes import signal_process
 
 WORKER_USER = "lumen-worker"
 
@@ -112,10 +113,7 @@ class ContainerLauncher(Launcher):
         deadline = time.monotonic() + wait
         while (pids := _pids_of(self.uid)) and time.monotonic() < deadline:
             for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+                signal_process(pid, signal.SIGKILL)
             time.sleep(0.005)
 
 

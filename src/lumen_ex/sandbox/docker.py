@@ -21,7 +21,6 @@ import csv
 import io
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
@@ -34,7 +33,9 @@ from lumen_ex.core.limits import Limits
 from lumen_ex.core.options import SEED_ENV, gpu_present
 from lumen_ex.core.results import RunResult, SandboxInfo, grader_error
 from lumen_ex.image import engine as engine_mod
+from lumen_ex.image import tag as image
 from lumen_ex.sandbox.base import Availability, Backend
+from lumen_ex.sandbox.processes import kill, reap, signals_interrupt
 from lumen_ex.sandbox.result_document import DocumentError, read_document
 
 NAME_PREFIX = "lumen-"
@@ -50,8 +51,6 @@ GPU_INSTALL = ("install the NVIDIA container toolkit (https://docs.nvidia.com/da
 def probe():
     """Whether ``--sandbox docker`` can run here (the engine answers and the current image exists),
     with the image status behind the answer."""
-    from lumen_ex.image import tag as image
-
     state = image.status()
     if state.state == "no-engine":
         return Availability(False, state.reason, engine_mod.INSTALL), state
@@ -135,7 +134,7 @@ class DockerSandbox(Backend):
         argv = self.argv(name=name, workspace=workspace, results=results, exercise=ex.number,
                          device=device, limits=ex.limits, select=select, gpus=gpus)
         removed = False
-        with _terminate_as_interrupt():
+        with signals_interrupt():   # SIGTERM and SIGHUP too: the container is removed whatever ends this
             try:
                 removed, outcome = _run_container(argv, name, seed=seed, limit=limit)
                 try:
@@ -225,15 +224,15 @@ def _run_container(argv: list[str], name: str, *, seed: int, limit: float) -> tu
     reader = threading.Thread(target=_drain, args=(proc.stdout, tail), daemon=True)
     reader.start()
     try:
-        code = proc.wait(timeout=limit)
-    except subprocess.TimeoutExpired:
-        kill_container(name)
-        _stop(proc)
-        return False, f" (the check ran past its wall-clock limit of {limit:g} s; the container was killed)"
+        code = reap(proc, limit)
     except BaseException:
         kill_container(name)
-        _stop(proc)
+        kill(proc)
         raise
+    if code is None:
+        kill_container(name)
+        kill(proc)
+        return False, f" (the check ran past its wall-clock limit of {limit:g} s; the container was killed)"
     reader.join(timeout=2)
     if code == 0:
         return True, ""
@@ -247,17 +246,6 @@ def _drain(stream, tail) -> None:
         for chunk in iter(lambda: stream.read1(4096), b""):
             tail.append(chunk[-1024:])
     except (OSError, ValueError):
-        pass
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
         pass
 
 
@@ -280,23 +268,3 @@ def remove_container(name: str, wait: float = 60.0) -> None:
         if time.monotonic() > deadline:
             return
         time.sleep(0.2)
-
-
-class _terminate_as_interrupt:
-    """While a container runs, SIGTERM and SIGHUP raise KeyboardInterrupt, so cleanup still happens."""
-
-    def __enter__(self):
-        self.saved = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGHUP):
-                self.saved[sig] = signal.signal(sig, self._raise)
-        return self
-
-    @staticmethod
-    def _raise(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    def __exit__(self, *exc):
-        for sig, handler in self.saved.items():
-            signal.signal(sig, handler)
-        return False

@@ -5,13 +5,14 @@ leads its own process group, so one ``killpg`` reaches everything it started. Th
 never raise for a process that is already gone, and never wait forever:
 
 - :func:`signal_group` / :func:`kill_group`: a signal to a whole group, quietly;
+- :func:`signal_process`: a signal to one process (one that left its group), quietly;
 - :func:`reap`: wait for a child, within a bound;
-- :func:`stop`: SIGTERM (and SIGCONT, so a stopped process can run its clean-up), a grace
-  period, then SIGKILL, then reap;
+- :func:`terminate`: SIGTERM (and SIGCONT, so a stopped process can run its clean-up), no wait;
+- :func:`stop`: :func:`terminate`, a grace period, then SIGKILL, then reap;
 - :class:`signals_interrupt`: while a check runs, SIGTERM and SIGHUP raise KeyboardInterrupt, so
   the same clean-up as Ctrl-C runs (its workers or container are killed) before the process exits;
 - :class:`signals_deferred`: during a clean-up that must finish, SIGINT, SIGTERM and SIGHUP are
-  ignored.
+  ignored (:func:`ignore_stop_signals`: from a handler on, for good).
 """
 
 from __future__ import annotations
@@ -28,6 +29,15 @@ def signal_group(pid: int, sig: int) -> bool:
     """Send ``sig`` to the process group ``pid`` leads; False when it is gone (or not ours)."""
     try:
         os.killpg(pid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def signal_process(pid: int, sig: int) -> bool:
+    """Send ``sig`` to the one process ``pid``; False when it is gone (or not ours)."""
+    try:
+        os.kill(pid, sig)
         return True
     except (ProcessLookupError, PermissionError):
         return False
@@ -52,12 +62,19 @@ def kill(proc: subprocess.Popen, timeout: float = REAP_S) -> int | None:
     return reap(proc, timeout)
 
 
-def stop(proc: subprocess.Popen, grace: float, timeout: float = REAP_S) -> int | None:
-    """Ask ``proc``'s group to stop (SIGTERM, then SIGCONT so that a stopped process can clean up),
-    give it ``grace`` seconds, then SIGKILL the group and reap it."""
+def terminate(proc: subprocess.Popen) -> None:
+    """Ask ``proc``'s group to stop, if ``proc`` still runs: SIGTERM, then SIGCONT so that a stopped
+    process can run its clean-up. Nothing is waited for (:func:`stop` waits)."""
     if proc.poll() is None:
         for sig in (signal.SIGTERM, signal.SIGCONT):
             signal_group(proc.pid, sig)
+
+
+def stop(proc: subprocess.Popen, grace: float, timeout: float = REAP_S) -> int | None:
+    """Ask ``proc``'s group to stop (:func:`terminate`), give it ``grace`` seconds, then SIGKILL the
+    group and reap it."""
+    if proc.poll() is None:
+        terminate(proc)
         reap(proc, grace)
     return kill(proc, timeout)
 
@@ -68,16 +85,20 @@ def _raise_interrupt(signum, frame):
 
 class _Handlers:
     """Install handlers for some signals on entry, put the old ones back on exit (main thread only:
-    Python lets no other thread set a handler, and there the block changes nothing)."""
+    Python lets no other thread set a handler, and there the block changes nothing). ``handler``
+    replaces the class's own."""
 
     SIGNALS: tuple[int, ...] = ()
     HANDLER = signal.SIG_DFL
+
+    def __init__(self, handler=None):
+        self.handler = self.HANDLER if handler is None else handler
 
     def __enter__(self):
         self.saved = {}
         if threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
-                self.saved[sig] = signal.signal(sig, self.HANDLER)
+                self.saved[sig] = signal.signal(sig, self.handler)
         return self
 
     def __exit__(self, *exc):
@@ -87,14 +108,25 @@ class _Handlers:
 
 
 class signals_interrupt(_Handlers):
-    """SIGTERM and SIGHUP raise KeyboardInterrupt inside the block, as Ctrl-C does."""
+    """SIGTERM and SIGHUP raise KeyboardInterrupt inside the block, as Ctrl-C does (or go to the
+    ``handler`` given, one that decides when to raise it)."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGHUP)
     HANDLER = staticmethod(_raise_interrupt)
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 class signals_deferred(_Handlers):
     """SIGINT, SIGTERM and SIGHUP are ignored inside the block: a clean-up that must finish."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    SIGNALS = STOP_SIGNALS
     HANDLER = signal.SIG_IGN
+
+
+def ignore_stop_signals() -> None:
+    """Ignore SIGINT, SIGTERM and SIGHUP from now on, in a signal handler that has begun a clean-up
+    the process ends with (so nothing is put back: :class:`signals_deferred` is the block form)."""
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):     # the ones a handler is for first
+        signal.signal(sig, signal.SIG_IGN)

@@ -6,7 +6,7 @@ messages are the record's own. ``lumen-ex check --format NAME`` prints :func:`re
 ``github`` format has side effects, and only in :func:`publish`: it appends the job summary to
 ``$GITHUB_STEP_SUMMARY`` and the Classroom runner result to ``$GITHUB_OUTPUT`` when those are set.
 
-The field lists each writer follows are in shared/docs/formats.md; docs/classroom.md shows them.
+Each writer names its platform's own source for the fields; docs/classroom.md (Output formats) shows them.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
   step), and a ``::notice`` with the points.
 - :func:`summary_markdown` is appended to ``$GITHUB_STEP_SUMMARY`` by :func:`publish`.
 - :func:`classroom_result` is the GitHub Classroom autograding runner result (the command-grader
-  shape of classroom-resources/autograding-command-grader, formats.md 1.4.1: ``version``,
+  shape of classroom-resources/autograding-command-grader, docs/classroom.md (Output formats, github): ``version``,
   ``status``, ``max_score``, ``tests[]`` with ``name``, ``status``, ``score``, ``message``,
   ``test_code``, ``filename``, ``line_no``, ``duration`` in ms). :func:`publish` writes it base64
   encoded as the step output ``result`` (``$GITHUB_OUTPUT``), which is what

@@ -1,4 +1,4 @@
-"""Gradescope ``results.json`` (gradescope/autograder_samples docs/specs.md, shared/docs/formats.md 1.1).
+"""Gradescope ``results.json`` (gradescope/autograder_samples docs/specs.md; docs/classroom.md, Output formats).
 
 Top level: ``score`` (the record's score, so Gradescope never re-adds the tests), ``execution_time``
 (seconds), ``output`` (one headline), ``output_format``, ``visibility``, ``stdout_visibility``,

@@ -1,4 +1,4 @@
-"""JUnit XML (the shape pytest writes; jenkinsci/xunit-plugin junit-10.xsd; formats.md 1.6).
+"""JUnit XML (the shape pytest writes; jenkinsci/xunit-plugin junit-10.xsd; docs/classroom.md, Output formats).
 
 One ``<testsuite>`` per check, named ``lumen-ex.<slug>``, inside ``<testsuites>``, with the counts
 ``tests``, ``failures`` (status fail), ``errors`` (status error or timeout), ``skipped`` and ``time``,

@@ -1,4 +1,4 @@
-"""PrairieLearn external grader ``results.json`` (PrairieLearn docs/externalGrading.md, formats.md 1.3).
+"""PrairieLearn external grader ``results.json`` (PrairieLearn docs/externalGrading.md; docs/classroom.md, Output formats).
 
 ``score`` is the record's score over its maximum, in [0, 1]. ``gradable`` is false where
 PrairieLearn's documentation says a submission is "invalid, not gradable" (docs/externalGrading.md:

@@ -3,13 +3,15 @@
 Each check raises :class:`CheckFailed` carrying a structured :class:`Diagnosis`. A returned tensor is
 checked shape first (with axis names), then dtype, then device, then NaN/inf, then values; the
 first failing check is the one reported, because it explains the ones after it.
+
+The suites use every name through this module (``expect.X``): the tolerances and the distance in
+tolerances are in src/lumen_ex/graders/support/tolerances.py, the naming of mistakes (variants,
+dtype mistakes, recognised exceptions) in src/lumen_ex/graders/support/mistakes.py, and both are
+re-exported here.
 """
 
 from __future__ import annotations
 
-import math
-import re
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -17,121 +19,40 @@ import torch
 
 from lumen_ex.core.results import CheckFailed, Diagnosis, note
 from lumen_ex.graders.support import pictures
+from lumen_ex.graders.support.mistakes import (  # noqa: F401 (re-exported for the suites)
+    COMMON_EXCEPTIONS,
+    GENERIC_MISCONCEPTIONS,
+    Variant,
+    _fill_overflows,
+    _other_device,
+    _view_after_transpose,
+    bound,
+    candidates,
+    dtype_misconception,
+    evidence,
+    exceptions_named,
+    failing_line,
+    match_variant,
+    name_mistake,
+)
 from lumen_ex.graders.support.shapes import axis_index, name_shape
+from lumen_ex.graders.support.tolerances import (  # noqa: F401 (re-exported for the suites)
+    FLOAT32_ROUNDING_NOTE,
+    FLOAT64_ARITHMETIC,
+    GRADIENT_TOLERANCE,
+    MATCH_TOLERANCE_FLOAT64,
+    SAME_AS_REFERENCE,
+    TOLERANCES,
+    Tolerance,
+    match_tolerance,
+    separation,
+)
 from lumen_ex.harness.float32_cause import float32_cause  # noqa: F401 (re-exported)
 from lumen_ex.harness.proxy import meta
 from lumen_ex.sandbox.inside.wire import Opaque
 
-
-@dataclass(frozen=True)
-class Tolerance:
-    """|got - expected| <= atol + rtol * |expected|, element by element (see docs/tolerances.md)."""
-
-    atol: float
-    rtol: float
-
-
-# Measured errors against a float64 reference are about 3e-7 in float32, 6e-4 in float16 and 5e-3 in
-# bfloat16 (docs/tolerances.md); conceptual mistakes give errors of order 1. float64 results are held
-# to the float32 tolerance: code that computes inside in float32 and casts back (softmax(x.float()),
-# dtype=torch.float32) is no attention mistake, and stays below it at every seed with a margin of
-# ~50x, while the closest known mistake is ~1e4 tolerances away (bench/float32_margin.py).
-TOLERANCES = {
-    torch.float64: Tolerance(1e-5, 1e-5),
-    torch.float32: Tolerance(1e-5, 1e-5),
-    torch.float16: Tolerance(1e-2, 1e-2),
-    torch.bfloat16: Tolerance(2e-2, 2e-2),
-}
-
-
-# What float64 arithmetic end to end gives (errors ~1e-15 here); float32 rounding anywhere inside
-# leaves errors above ~1e-8 on every hidden input, far beyond this bound. A float64 result within
-# the tolerance above but not within this one passes with FLOAT32_ROUNDING_NOTE.
-FLOAT64_ARITHMETIC = Tolerance(1e-10, 1e-10)
-FLOAT32_ROUNDING_NOTE = ("your float64 result carries float32 rounding: fine here; keep float64 end to end "
-                         "when you need it")
-
-
-@dataclass(frozen=True)
-class Variant:
-    """A known wrong answer: what the output would be with a particular mistake (in float64)."""
-
-    name: str            # short id, e.g. "no-scale"
-    sentence: str        # what the learner's output equals, e.g. "your output equals attention without ..."
-    value: torch.Tensor
-    fix: str = ""        # what to do about it, e.g. "divide the scores by math.sqrt(d_k)"
-
-    def explained(self) -> str:
-        """The sentence and the fix, as one line."""
-        return f"{self.sentence}: {self.fix}" if self.fix else self.sentence
-
-
-# Naming a mistake needs evidence: the learner's output must equal the variant. A float64 output
-# differs from a float64 variant by rounding only (~1e-15), so 1e-9 is the bar there; in lower
-# precision the comparison's own tolerance (the dtype's, or the test's) is the best evidence there is.
-MATCH_TOLERANCE_FLOAT64 = Tolerance(1e-9, 1e-9)
-# A variant within this many match tolerances of the reference gives the reference's answer on this
-# input (e.g. "cache ignored" when the cache is empty): it is no candidate for this comparison.
-SAME_AS_REFERENCE = 2.0
-
-# Mistakes named from what came back rather than from its values; every suite can report them.
-GENERIC_MISCONCEPTIONS = {
-    "outputs-swapped": "the returned tensors are in the wrong order",
-    "axes-transposed": "a returned tensor has the right axes in the wrong order",
-    "dtype-upcast": "the result has a wider dtype than the inputs (.float(), .double(), NumPy)",
-    "dtype-downcast": "the result has a narrower dtype than the inputs (a fixed .float(), or new tensors made without dtype=)",
-    "not-bool": "a mask is returned as numbers instead of bool",
-    "no-gradient": "the result is cut off from autograd (.detach(), .item(), a NumPy round trip, torch.no_grad())",
-    "gradient-mismatch": "the forward values are right but the gradients are not (an in-place edit under torch.no_grad())",
-    # named by the harness, from the worker's call record and a scan of the learner's source
-    "forbidden-api": "a library attention function called instead of implementing it",
-    "unverifiable-source": "code the grader cannot check for forbidden APIs (a name computed at run time, eval, an import it cannot follow, a file too large to check)",
-    # dtype and device mistakes told apart by the checks below (dtype_misconception, refine_float32,
-    # COMMON_EXCEPTIONS)
-    "float32-not-cast-back": "computed in float32 (.float(), dtype=torch.float32) and never cast back to the inputs' dtype",
-    "new-tensor-dtype": "a new tensor (a mask, a bias, a buffer) made without the inputs' dtype promotes the result to float32",
-    "new-tensor-device": "a new tensor (a mask, a bias, a buffer) made without the inputs' device: an exception on another device",
-    "fill-overflows-dtype": "a fill value such as -1e9 that the inputs' dtype cannot hold (float16): an exception",
-    "view-not-reshape": "view() on a transposed or non-contiguous tensor instead of reshape(): an exception",
-}
-
 # Naming why a result came back float32 reads the graded file: the harness does it for every test
-# (src/lumen_ex/harness/float32_cause.py); re-exported here for the suites.
-
-
-def _fill_overflows(exc) -> bool:
-    """masked_fill (or torch.full, or an assignment) with a value the dtype cannot hold."""
-    return "without overflow" in exc.message and "value cannot be converted" in exc.message
-
-
-def _other_device(exc) -> bool:
-    """Two tensors on different devices met in one operation: one of them was made without the
-    inputs' device (a mask or a bias from torch.zeros(...), torch.ones(...), torch.tensor(...))."""
-    return bool(re.search(r"Expected all tensors to be on the same device|is not on the expected device|"
-                          r"Expected .* to be on .* but got|on device meta is not on", exc.message))
-
-
-def _view_after_transpose(exc) -> bool:
-    """.view() on a tensor whose memory is not laid out for it (after a transpose, a permute or a
-    non-contiguous input)."""
-    return "view size is not compatible with input tensor's size and stride" in exc.message
-
-
-# Exceptions that name a mistake in every exercise: (misconception, sentence, predicate).
-COMMON_EXCEPTIONS = [
-    ("view-not-reshape", "view() needs memory laid out for the new shape, which a transposed or non-contiguous "
-     "tensor does not have: use reshape() (or .contiguous().view())", _view_after_transpose),
-    ("fill-overflows-dtype", "your fill value does not fit the inputs' dtype (float16 holds at most 65504, so "
-     "-1e9 overflows): fill with float('-inf'), or torch.finfo(scores.dtype).min", _fill_overflows),
-    ("new-tensor-device", "a tensor your code creates is not on the inputs' device (torch.zeros(...), "
-     "torch.ones(...), torch.tensor(...) and torch.arange(...) are on the CPU unless told otherwise): create it "
-     "with device=q.device, or use torch.zeros_like / torch.ones_like", _other_device),
-]
-
-
-def match_tolerance(dtype: torch.dtype, tol: Tolerance) -> Tolerance:
-    """The tolerance for naming a variant: 1e-9 in float64, else the comparison's own."""
-    return MATCH_TOLERANCE_FLOAT64 if dtype == torch.float64 else tol
+# (src/lumen_ex/harness/float32_cause.py); float32_cause is re-exported here for the suites.
 
 
 def fail(kind: str, summary: str, **fields) -> CheckFailed:
@@ -202,12 +123,6 @@ def signature(submission, fn: str, params: Sequence[str], defaults: dict[str, st
         raise fail("signature", f"{fn}({yours}) does not match the exercise: {fn}({wanted})",
                    expected=f"{fn}({wanted})", got=f"{fn}({yours})",
                    hint="Keep the parameter names, order and defaults of the stub: the tests call them by name.")
-
-
-# Gradients (inputs in float64) are compared at |got - expected| <= tol + tol * max |expected|: float32
-# arithmetic inside the learner's function stays ~50x below 1e-5 (bench/float32_margin.py), and a
-# gradient broken by an in-place edit is off by order 1.
-GRADIENT_TOLERANCE = 1e-5
 
 
 def gradients(result, expected: Sequence[torch.Tensor], names: Sequence[str],
@@ -382,82 +297,6 @@ def values(got: torch.Tensor, expected: torch.Tensor, *, what: str, axes: Sequen
     raise CheckFailed(diag)
 
 
-# -------------------------------------------------------------------------------------------------
-# Naming the mistake behind wrong values
-
-
-def name_mistake(diag: Diagnosis, got64: torch.Tensor, expected64: torch.Tensor, *, dtype: torch.dtype,
-                 tol: Tolerance, variants: Callable[[], list[Variant]] | None) -> None:
-    """Set ``diag.misconception`` to the first variant the learner's values equal, with the evidence:
-    the hint says to what precision they match, ``details`` keeps the numbers for the run summary."""
-    if variants is None:
-        diag.details["variants_compared"] = []
-        return
-    mtol = match_tolerance(dtype, tol)
-    cands = candidates(expected64, variants(), mtol)
-    diag.details["variants_compared"] = [v.name for v in cands]   # the mistakes this input can show
-    found = match_variant(got64, cands, mtol)
-    if found is None:
-        return
-    variant, err = found
-    diag.misconception = variant.name
-    diag.hint = evidence(variant, err)
-    diag.details.update({"variant_max_error": err, "variant_tolerance": mtol.atol,
-                         "misconception_sentence": variant.explained()})
-
-
-def candidates(expected: torch.Tensor, variants: list[Variant], tol: Tolerance) -> list[Variant]:
-    """The variants that give a different answer from the reference on this input."""
-    return [v for v in variants if separation(v.value, expected, tol) > SAME_AS_REFERENCE]
-
-
-def match_variant(got64: torch.Tensor, candidates: list[Variant], tol: Tolerance) -> tuple[Variant, float] | None:
-    """The first known mistake whose output equals the learner's within ``tol`` (NaN and inf must sit
-    at the same places), with the largest deviation between the two."""
-    for cand in candidates:
-        if separation(got64, cand.value, tol) <= 1.0:
-            value = cand.value.to(torch.float64)
-            finite = torch.isfinite(value)
-            err = float((got64 - value)[finite].abs().max()) if bool(finite.any()) else 0.0
-            return cand, err
-    return None
-
-
-def separation(a: torch.Tensor, b: torch.Tensor, tol: Tolerance) -> float:
-    """How far ``a`` is from ``b`` in tolerances: the largest |a - b| / (atol + rtol |b|). Infinite when
-    the shapes differ or the NaN/inf entries do not sit at the same places with the same values (two
-    NaN are equal here: the same wrong answer gives NaN at the same places)."""
-    if tuple(a.shape) != tuple(b.shape):
-        return math.inf
-    a, b = a.detach().to("cpu", torch.float64), b.detach().to("cpu", torch.float64)
-    fa, fb = torch.isfinite(a), torch.isfinite(b)
-    if not torch.equal(fa, fb):
-        return math.inf
-    if not bool(fa.all()):
-        na, nb = a[~fa], b[~fb]
-        if not torch.equal(torch.isnan(na), torch.isnan(nb)) or not torch.equal(na[~torch.isnan(na)], nb[~torch.isnan(nb)]):
-            return math.inf
-    if not bool(fa.any()):
-        return 0.0
-    diff = (a - b)[fa].abs()
-    allowed = tol.atol + tol.rtol * b[fa].abs()
-    ratio = torch.where(allowed > 0, diff / allowed.clamp_min(1e-300), torch.where(diff > 0, math.inf, 0.0))
-    return float(ratio.max())
-
-
-def bound(err: float) -> str:
-    """'to 1e-9': the smallest power of ten at or above ``err``; 'exactly' for 0."""
-    if not err > 0:
-        return "exactly"
-    return f"to 1e{math.ceil(math.log10(err) - 1e-12)}"
-
-
-def evidence(variant: Variant, err: float) -> str:
-    """The variant's sentence with the evidence for it: how closely this test's values equal it."""
-    said = f"{variant.sentence} {bound(err)} on this test's input"
-    return f"{said}: {variant.fix}" if variant.fix else said
-
-
 def distinct_digits(expected: float, got: float, least: int = 4) -> tuple[str, str]:
     """``expected`` and ``got`` as text with the fewest significant digits (at least ``least``) at
     which they read differently: never "expected -0.3, got -0.3" for -0.30001 and -0.30004."""
@@ -466,46 +305,6 @@ def distinct_digits(expected: float, got: float, least: int = 4) -> tuple[str, s
         if a != b:
             return a, b
     return repr(expected), repr(got)
-
-
-def dtype_misconception(got: torch.dtype, want: torch.dtype) -> str | None:
-    """The id of a dtype mistake: a wider or narrower float than the inputs, or numbers for a bool.
-    Which line made a float32 result is named from the graded file (float32_cause)."""
-    if want == torch.bool:
-        return "not-bool"
-    if got.is_floating_point and want.is_floating_point:
-        return "dtype-upcast" if torch.finfo(got).bits > torch.finfo(want).bits else "dtype-downcast"
-    return None
-
-
-def failing_line(exc) -> str:
-    """The source line of the learner's innermost frame in a LearnerError's traceback ('' if none)."""
-    for frame in reversed(getattr(exc, "where", None) or []):
-        if isinstance(frame, dict) and isinstance(frame.get("code"), str):
-            return frame["code"]
-    return ""
-
-
-@contextmanager
-def exceptions_named(rules: Sequence[tuple[str, str, Callable]]):
-    """Name the mistake behind an exception the learner's code raised, when it is recognisable:
-    each rule is (misconception id, sentence, predicate(LearnerError) -> bool); the first that
-    holds turns the exception into the same ``exception`` diagnosis, with the mistake named."""
-    from lumen_ex.harness.client import ImportFailed, LearnerError
-    from lumen_ex.harness.plugin import _learner_error
-
-    try:
-        yield
-    except LearnerError as exc:
-        if isinstance(exc, ImportFailed):
-            raise
-        for name, sentence, holds in [*rules, *COMMON_EXCEPTIONS]:
-            if holds(exc):
-                diag = _learner_error(exc)
-                if diag.kind == "exception":
-                    diag.misconception, diag.hint = name, sentence
-                    raise CheckFailed(diag) from None
-        raise
 
 
 def _localise(wrong: torch.Tensor, axes: Sequence[str]) -> dict:

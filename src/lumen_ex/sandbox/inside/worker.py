@@ -2,8 +2,8 @@
 
 Runs inside the sandbox as ``python -I -B worker.py fds REQ_FD REP_FD`` (requests and replies on two
 inherited pipe ends) or ``python -I -B worker.py stdio`` (requests on stdin, replies on stdout).
-Only this file and ``wire.py`` are visible to it: no hidden test, reference or result ever enters
-this process. The learner's code shares the process with this shim and can tamper with anything
+Only this folder is visible to it (this file and the wire format: ``wire.py`` and the
+``wire_*.py`` files it imports): no hidden test, reference or result ever enters this process. The learner's code shares the process with this shim and can tamper with anything
 here, so the harness treats every reply as a claim and checks the values itself.
 
 Protocol, after the worker says hello:
@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
     sys.path.extend(extra_sites)
     global wire, torch
     sys.path.insert(0, HERE)
-    import wire  # the sibling file, bound next to this one in the sandbox
+    import wire  # the sibling file, bound next to this one in the sandbox (it imports its wire_*.py siblings now)
 
     sys.path.remove(HERE)
     import torch

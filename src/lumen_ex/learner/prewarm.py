@@ -1,0 +1,322 @@
+"""The pre-warm of ``lumen-ex watch``: what is made ready for the next check while the learner types.
+
+A cold check spends most of its time starting things: a sandboxed worker that imports torch, and a
+pytest session that is configured and collects the hidden suite. Between two saves watch mode
+prepares both in advance, so that a re-check costs the learner's import, the hidden tests and
+little else:
+
+- the next worker (:class:`Prewarm`): launched in the sandbox as soon as a result has been shown,
+  it imports torch, sends its hello and waits for its ``load`` request. Every check gets a fresh
+  one (one run cannot influence the next). The used worker is SIGKILLed at once (:class:`KeptWorker`,
+  made by :func:`_kept_worker_class`); waiting for it and removing its cgroup (:meth:`Prewarm.reap`)
+  happen after the result is shown. A worker that dies while starting is replaced, at most
+  RESPAWN_FAILURES times in a row;
+- the next check's pytest session (:class:`PreparedRun`): configured and collected in a thread
+  that then waits at pytest's run loop (the gate plugin, :func:`_gate_class`) until the check hands
+  it the worker pool.
+
+:class:`GuardedLauncher` refuses to launch once watching is stopping, so that a check interrupted
+by Ctrl-C does not replace the worker it just lost. When to prepare is decided by the session
+(src/lumen_ex/learner/watch_session.py); this module only knows how.
+
+``harness.client``, ``harness.proxy`` and ``harness.runner`` import torch and pytest, which
+``lumen-ex watch`` must import only after its first worker is launched (the two torch imports then
+overlap): they are imported where first needed, never at the top of this module.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from contextlib import contextmanager
+
+from lumen_ex.sandbox.base import Launcher, WorkerSpec
+from lumen_ex.sandbox.processes import kill_group
+
+RESPAWN_FAILURES = 3    # give up pre-launching after this many workers in a row die while idle
+
+
+class WatchStopped(RuntimeError):
+    """Watching is ending: no more workers are launched."""
+
+
+class GuardedLauncher:
+    """The session's launcher, which refuses to start workers once watching is being stopped
+    (a check interrupted by Ctrl-C would otherwise replace the worker it just lost)."""
+
+    def __init__(self, launcher: Launcher):
+        self.inner = launcher
+        self.refuse = False
+
+    def launch(self, spec: WorkerSpec):
+        if self.refuse:
+            raise WatchStopped("watching is stopping: no new worker")
+        return self.inner.launch(spec)
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+@contextmanager
+def deferred_interrupts():
+    """Hold Ctrl-C (and SIGTERM) until the block ends, then raise KeyboardInterrupt."""
+    pending: list[int] = []
+    saved = {}
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            saved[signum] = signal.signal(signum, lambda n, f: pending.append(n))
+    except ValueError:   # not the main thread: signals are not ours to handle
+        pass
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+        if pending:   # delivered now, to whatever handles it outside the block
+            signal.raise_signal(pending[0])
+
+
+# -------------------------------------------------------------------------------------------------
+# The next check's pytest session
+
+
+class PoolSlot:
+    """Stands in for the WorkerPool of a check not yet started: a prepared session's Submission
+    holds this, and the check puts its pool in (or a pool that ends the session)."""
+
+    def __init__(self):
+        self.target = None
+
+    def __getattr__(self, name: str):
+        if self.target is None:
+            raise WatchStopped("no worker pool for this run")
+        return getattr(self.target, name)
+
+
+class _StoppedPool:
+    def __getattr__(self, name: str):
+        import pytest
+
+        pytest.exit("lumen-ex watch is stopping")
+
+
+_GATE = None
+
+
+def _gate_class():
+    """A pytest plugin that holds a session at its run loop until it is told to go (or to stop)."""
+    global _GATE
+    if _GATE is None:
+        import pytest
+
+        class Gate:
+            def __init__(self):
+                self.collected = threading.Event()
+                self.go = threading.Event()
+                self.cancelled = False
+
+            @pytest.hookimpl(tryfirst=True)
+            def pytest_runtestloop(self, session):
+                self.collected.set()
+                self.go.wait()
+                return True if self.cancelled else None   # None: pytest's own loop runs the tests
+
+        _GATE = Gate
+    return _GATE
+
+
+class PreparedRun:
+    """The pytest session of the next check, configured and collected in advance.
+
+    It runs in a thread and waits at its run loop; the check hands it the worker pool, lets it go
+    and joins it. Configuring pytest and collecting the suite (a fifth of a warm check) then happen
+    while the learner is typing, not after the save. Only one session exists at a time: the
+    thread runs the tests while the main thread only waits for it, and its output capture is off
+    while it waits (so nothing the main thread prints is swallowed).
+    """
+
+    def __init__(self, suite: str, module_file: str, *, seed: int, device: str):
+        # lazy: imports torch (see the module docstring)
+        from lumen_ex.harness.proxy import Submission
+
+        self.device, self.seed = device, seed
+        self.slot = PoolSlot()
+        self.submission = Submission(self.slot, device, module_file)
+        self.gate = _gate_class()()
+        self.outcome = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._main, args=(suite,), daemon=True,
+                                       name="lumen-ex-watch-suite")
+        self.thread.start()
+
+    def _main(self, suite: str) -> None:
+        # lazy: imports pytest and torch
+        from lumen_ex.harness.runner import run_suite
+
+        try:
+            self.outcome = run_suite(suite, self.submission, seed=self.seed, device=self.device,
+                                     lean=True, plugins=(self.gate,))
+        except BaseException as exc:  # noqa: BLE001  handed to the main thread
+            self.error = exc
+        finally:
+            self.gate.collected.set()   # also when it never reached the run loop
+
+    def wait_collected(self, timeout: float) -> bool:
+        return self.gate.collected.wait(timeout) and self.thread.is_alive()
+
+    def run(self, pool):
+        """Run the collected tests against ``pool``; return run_suite's (results, errors)."""
+        self.slot.target = pool
+        self.gate.go.set()
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.outcome
+
+    def abort(self, pool) -> None:
+        """End a run interrupted in the main thread (Ctrl-C while joined): the tests left end at
+        once, and the pool's worker is killed. The caller keeps its launcher from starting more."""
+        self.slot.target = _StoppedPool()
+        pool.close()
+        self.thread.join(5)
+        pool.close()
+
+    def cancel(self) -> None:
+        self.gate.cancelled = True
+        self.gate.go.set()
+        self.thread.join(10)
+
+
+# -------------------------------------------------------------------------------------------------
+# The next worker
+
+
+_KEPT = None
+
+
+def _kept_worker_class():
+    """harness.client.Worker (imported late: it imports torch), with a kill() that stops the
+    worker at once and leaves the slow part for later.
+
+    kill() sends SIGKILL to the worker's process group and to every process in its cgroup: from
+    then on nothing of that run executes. Waiting for the processes to go and removing the cgroup
+    (tens of milliseconds of polling) happen in Prewarm.reap(), after the result is shown.
+    """
+    global _KEPT
+    if _KEPT is None:
+        # lazy: imports torch
+        from lumen_ex.harness.client import Worker
+
+        class KeptWorker(Worker):
+            def __init__(self, launched, graveyard: list):
+                super().__init__(launched)
+                self._graveyard = graveyard
+                self._doomed = False
+
+            def kill(self) -> None:
+                if self._doomed:
+                    return
+                self._doomed = True
+                launched = self.launched
+                kill_group(launched.proc.pid)
+                cgroup = getattr(launched.enforcement, "cgroup", None)
+                for pid in cgroup.pids() if cgroup is not None else ():
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+                self._graveyard.append(launched)
+
+        _KEPT = KeptWorker
+    return _KEPT
+
+
+class Prewarm:
+    """The worker for the next check, launched in advance, and the next check's pytest session.
+
+    ``next`` is the waiting worker (a KeptWorker, its hello read or not yet), ``prepared`` the
+    collected session; a check takes them with :meth:`take_worker` and :meth:`take_prepared`.
+    :meth:`close` ends both and launches nothing more.
+    """
+
+    def __init__(self, launcher: GuardedLauncher, spec: WorkerSpec, *, startup_seconds: float):
+        self.launcher, self.spec = launcher, spec
+        self.startup_seconds = startup_seconds
+        self.next = None                    # the KeptWorker launched for the next check
+        self.dead: list = []                # Launched workers killed, not yet waited for
+        self.prepared: PreparedRun | None = None
+        self.failures = 0                   # workers in a row that died while starting
+        self.closed = False
+
+    def spawn(self) -> None:
+        """Launch the worker for the next check, unless one is waiting already."""
+        if self.next is not None or self.failures >= RESPAWN_FAILURES or self.closed:
+            return
+        with deferred_interrupts():   # a Ctrl-C here would orphan the worker and its cgroup
+            self.next = _kept_worker_class()(self.launcher.launch(self.spec), self.dead)
+
+    def take_hello(self) -> bool:
+        """Read the waiting worker's hello (it is there: its pipe is readable). False when the
+        worker died while starting: it is discarded and counted, and the caller launches another."""
+        # lazy: imports torch
+        from lumen_ex.harness.client import WorkerFailure
+
+        worker = self.next
+        if worker is None or worker.hello is not None:
+            return True
+        try:
+            worker.wait_hello(time.monotonic() + self.startup_seconds)
+            self.failures = 0
+        except WorkerFailure:   # it died while starting: try another, a few times at most
+            self.discard_next()
+            self.failures += 1
+            return False
+        return True
+
+    def discard_next(self) -> None:
+        if self.next is not None:
+            worker, self.next = self.next, None
+            worker.kill()
+
+    def take_worker(self):
+        """The waiting worker for a check, or None (check_here() then launches one itself)."""
+        worker, self.next = self.next, None
+        if worker is not None and not worker.alive():
+            worker.kill()
+            worker = None
+        return worker
+
+    def reap(self) -> None:
+        """Wait for the killed workers and remove their cgroups (the slow part of killing)."""
+        with deferred_interrupts():
+            while self.dead:
+                self.dead[-1].kill()
+                self.dead.pop()
+
+    def prepare_suite(self, suite: str, module_file: str, *, seed: int, device: str) -> None:
+        """Configure and collect the next check's pytest session, unless one is ready already."""
+        if self.prepared is not None or self.closed:
+            return
+        with deferred_interrupts():   # close() must know of every session thread to end it
+            self.prepared = PreparedRun(suite, module_file, seed=seed, device=device)
+        # Wait for it to be collected: pytest's output capture is on while it collects.
+        if not self.prepared.wait_collected(60):
+            prepared, self.prepared = self.prepared, None
+            prepared.cancel()
+
+    def take_prepared(self) -> PreparedRun | None:
+        """The prepared session for a check (None when there is none); it is the check's now."""
+        prepared, self.prepared = self.prepared, None
+        return prepared
+
+    def close(self) -> None:
+        """End the prepared session, kill the waiting worker and reap; launch nothing more."""
+        self.closed = True   # no more launches from here on
+        self.launcher.refuse = True
+        if self.prepared is not None:
+            prepared, self.prepared = self.prepared, None
+            prepared.cancel()
+        self.discard_next()
+        self.reap()
