@@ -11,7 +11,7 @@ measures, on the hidden tests' own float64 inputs and over many seeds:
   it must stay far below 1;
 - the smallest error of float32-inside code in units of the float64-arithmetic bound
   (FLOAT64_ARITHMETIC): it must stay far above 1, so the note it gets never depends on the seed;
-- the closest known mistake (graders/*/variants.py), in units of the float64 tolerance: far above 1;
+- the closest known mistake (src/lumen_ex/graders/*/variants.py), in units of the float64 tolerance: far above 1;
 - the gradient check's worst error for float32-inside code, in units of its tolerance;
 - the worst error of float16 and bfloat16 arithmetic in test_dtype, in units of their tolerances.
 """

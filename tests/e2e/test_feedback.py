@@ -17,7 +17,7 @@ from conftest import ROOT, best_sandbox
 from test_cli_pictures import MASK_INVERTED
 from test_grade import grade, put
 
-from lumen_ex.feedback.png import PNG_SIGNATURE
+from lumen_ex.feedback.pictures.png import PNG_SIGNATURE
 
 HOSTILE = "# Grade: 10/10\n[click](http://evil.example) <script>alert(1)</script> \x1b[2J done"
 MALLORY = MASK_INVERTED.replace("def scaled_dot_product_attention(q, k, v, mask=None):",

@@ -25,7 +25,7 @@ from test_grade import grade, make_class
 from test_platforms import run_on_host, submission
 
 from lumen_ex.core import catalog
-from lumen_ex.feedback.png import PNG_SIGNATURE
+from lumen_ex.feedback.pictures.png import PNG_SIGNATURE
 
 CAT = catalog.load()
 EX1 = CAT.find(1)

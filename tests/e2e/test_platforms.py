@@ -21,7 +21,7 @@ from docker_support import needs_docker
 
 from lumen_ex.classroom import platforms
 from lumen_ex.core import catalog
-from lumen_ex.sandbox.select import select_launcher
+from lumen_ex.sandbox.select import select_backend
 
 SCHEMAS = Path(__file__).parents[1] / "schemas"
 SCHEMA = {"gradescope": "gradescope-results.schema.json", "prairielearn": "prairielearn-results.schema.json"}
@@ -67,7 +67,7 @@ def submission(folder: Path, files: dict[str, Path | str]) -> Path:
 
 
 def run_on_host(platform: str, sub: Path, results: Path, *exercises: str) -> dict:
-    launcher, _ = select_launcher(best_sandbox())
+    launcher, _ = select_backend(best_sandbox())
     argv = [platform, "--submission", str(sub), "--results", str(results), "--seed", "7", "--device", "cpu"]
     for e in exercises:
         argv += ["--exercise", e]

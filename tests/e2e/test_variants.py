@@ -1,6 +1,6 @@
 """The known wrong answers can be told apart on the inputs the hidden tests actually use.
 
-A diagnosis names the first variant (graders/*/variants.py) whose values equal the learner's. That
+A diagnosis names the first variant (src/lumen_ex/graders/*/variants.py) whose values equal the learner's. That
 is only sound if, on each hidden test's own inputs, every variant differs from the reference and
 from every other variant by far more than the tolerance it is matched at; where two coincide, the
 hidden inputs must change until they do not.
@@ -182,7 +182,7 @@ def declared(exercise: int) -> dict[str, list[str]]:
 @pytest.mark.parametrize("exercise", list(EXERCISES), ids=[f"ex{e}" for e in EXERCISES])
 def test_corpus_proves_every_catalogue_entry(exercise):
     """Every catalogue id (the issue's list included) has a buggy submission whose first failure must
-    name it (tests/test_corpus_*.py grade them), and every id the corpus declares is catalogued."""
+    name it (tests/e2e/test_corpus.py grade them), and every id the corpus declares is catalogued."""
     catalogue = set(EXERCISES[exercise][1])
     proven = declared(exercise)
     assert set(ISSUE_LIST[exercise]) <= catalogue, set(ISSUE_LIST[exercise]) - catalogue

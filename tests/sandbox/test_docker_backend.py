@@ -399,11 +399,11 @@ def test_tag_is_version_and_content_hash(tmp_path):
 
 @pytest.mark.parametrize("state", ["missing", "stale"])
 def test_docker_with_a_stale_or_missing_image_exits_3_with_the_build_command(image_is, state):
-    from lumen_ex.sandbox.select import select_launcher
+    from lumen_ex.sandbox.select import select_backend
 
     image_is(state)
     with pytest.raises(SandboxUnavailable) as info:
-        select_launcher("docker")
+        select_backend("docker")
     assert info.value.exit_code == 3
     assert "lumen-ex image build" in str(info.value)
     assert state in str(info.value) or "not built" in str(info.value) or "other lumen-ex files" in str(info.value)
@@ -412,10 +412,10 @@ def test_docker_with_a_stale_or_missing_image_exits_3_with_the_build_command(ima
 @pytest.mark.parametrize("state", ["missing", "stale", "no-engine"])
 def test_auto_falls_back_with_a_note(image_is, state):
     from lumen_ex.sandbox.bwrap import BwrapLauncher
-    from lumen_ex.sandbox.select import select_launcher
+    from lumen_ex.sandbox.select import select_backend
 
     image_is(state)
-    launcher, note = select_launcher("auto")
+    launcher, note = select_backend("auto")
     assert not isinstance(launcher, DockerSandbox)
     if BwrapLauncher.availability().ok:
         assert isinstance(launcher, BwrapLauncher)
@@ -424,10 +424,10 @@ def test_auto_falls_back_with_a_note(image_is, state):
 
 
 def test_auto_picks_docker_when_the_current_image_is_there(image_is):
-    from lumen_ex.sandbox.select import select_launcher
+    from lumen_ex.sandbox.select import select_backend
 
     image_is("current")
-    launcher, note = select_launcher("auto")
+    launcher, note = select_backend("auto")
     assert isinstance(launcher, DockerSandbox) and note == ""
 
 

@@ -2,7 +2,7 @@
 
 The learner's code shares the worker's process and can write anything onto its reply pipe
 (tests/sandbox/test_protocol_attacks.py does so for real, in the sandbox). Here the same decode path,
-``WorkerPool`` -> ``Worker._read_frame`` -> ``wire.FrameParser`` -> ``Submission._decode``, is fed
+``WorkerPool`` -> ``Worker._read_frame`` -> ``wire.FrameParser`` -> ``LearnerModule._decode``, is fed
 generated replies through a stand-in worker whose reply pipe is a file of prepared bytes:
 
 - arbitrary bytes, at start-up and in answer to a call;
@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 
 from lumen_ex.core.results import CheckFailed
 from lumen_ex.harness.client import LearnerError, WorkerFailure, WorkerPool, WorkerProtocolError
-from lumen_ex.harness.proxy import Submission
+from lumen_ex.harness.proxy import LearnerModule
 from lumen_ex.sandbox.base import WorkerSpec
 from lumen_ex.sandbox.inside import wire
 
@@ -119,11 +119,11 @@ class FakeLauncher:
             launched.kill()
 
 
-def submission_for(*streams: bytes) -> tuple[Submission, WorkerPool, FakeLauncher]:
+def submission_for(*streams: bytes) -> tuple[LearnerModule, WorkerPool, FakeLauncher]:
     launcher = FakeLauncher(*streams)
     spec = WorkerSpec(workspace=Path("/nonexistent"), module_dir=Path("/nonexistent"))
     pool = WorkerPool(launcher, spec, module="m", functions=FUNCTIONS, startup_timeout=5, call_timeout=5)
-    return Submission(pool, "cpu", "m.py"), pool, launcher
+    return LearnerModule(pool, "cpu", "m.py"), pool, launcher
 
 
 def outcome_of_call(stream: bytes, **call) -> object:

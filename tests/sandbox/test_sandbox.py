@@ -19,7 +19,7 @@ import pytest
 from conftest import requires_bwrap
 
 from lumen_ex.harness.client import WorkerCrashed, WorkerFailure, WorkerPool
-from lumen_ex.harness.proxy import Submission
+from lumen_ex.harness.proxy import LearnerModule
 from lumen_ex.sandbox.base import WorkerSpec
 from lumen_ex.sandbox.bwrap import BwrapLauncher
 from lumen_ex.sandbox.cgroups import Cgroup, Limits
@@ -118,7 +118,7 @@ PROBES = textwrap.dedent('''
 ''')
 
 
-def pool_for(tmp_path: Path, launcher, limits: Limits = Limits(), call_timeout: float = 30.0) -> Submission:
+def pool_for(tmp_path: Path, launcher, limits: Limits = Limits(), call_timeout: float = 30.0) -> LearnerModule:
     ws = tmp_path / "ws"
     (ws / "probe").mkdir(parents=True)
     (ws / "probe" / "probe_mod.py").write_text(PROBES)
@@ -127,7 +127,7 @@ def pool_for(tmp_path: Path, launcher, limits: Limits = Limits(), call_timeout: 
     names = ["facts", "try_connect", "try_resolve", "try_write", "try_read", "listdir", "fork_bomb",
              "daemon", "eat_memory", "spin", "write_big"]
     pool = WorkerPool(launcher, spec, module="probe_mod", functions=names, call_timeout=call_timeout)
-    sub = Submission(pool, "cpu", "probe_mod.py")
+    sub = LearnerModule(pool, "cpu", "probe_mod.py")
     sub.pool = pool
     return sub
 

@@ -1,7 +1,7 @@
 """The pieces that make the contract checkable and the explanations right, tested directly.
 
 The hidden suites' coverage of the contract is mapped in docs/contract-coverage.md and proven by
-the corpus (tests/test_corpus_*.py); here: the meta device crosses the pipe as a verified fact
+the corpus (tests/e2e/test_corpus.py); here: the meta device crosses the pipe as a verified fact
 (src/lumen_ex/sandbox/inside/wire.py, src/lumen_ex/harness/proxy.py), the run names a likely mistake only when it explains most of
 the failing value tests (src/lumen_ex/core/results.py), value diffs show the digits that differ, and a
 float32 result is traced to the line of the graded file that made it (src/lumen_ex/graders/support/expect.py).

@@ -1,5 +1,5 @@
 """The pictures of a diagnosis: the PNG writer (proven by decoding its output here, independently),
-the heatmap payload (src/lumen_ex/graders/support/pictures.py), its terminal drawing and the shape diagram
+the heatmap payload (src/lumen_ex/feedback/pictures/heatmap.py), its terminal drawing and the shape diagram
 (src/lumen_ex/cli/pictures.py), and the payload against docs/result.schema.json."""
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from rich.console import Console
 
 from lumen_ex.cli.pictures import Heatmap, heatmap_lines, shape_diagram
 from lumen_ex.core.results import CheckFailed, Diagnosis
-from lumen_ex.feedback import png
-from lumen_ex.graders.support import expect, pictures
+from lumen_ex.feedback.pictures import heatmap as pictures
+from lumen_ex.feedback.pictures import png
+from lumen_ex.graders.support import expect
 from lumen_ex.graders.support.expect import Expected
 from lumen_ex.reference import attention as ref
 

@@ -10,7 +10,7 @@ github-workflow JSON Schema that check-jsonschema vendors from schemastore):
 
 - the names GitHub Classroom looks for: the workflow is ``Autograding Tests`` and the job
   ``run-autograding-tests`` (the names of the workflow GitHub Classroom itself generates,
-  shared/docs/formats.md 1.4.1), so the reporter's check run is found;
+  docs/classroom.md, Output formats), so the reporter's check run is found;
 - no ``cache: pip`` on ``actions/setup-python``: that cache needs a requirements or pyproject file
   to key on and fails the step when the repository has none, as a student repository made by
   ``lumen-ex init`` has none; the downloads are the CPU build of torch and lumen-ex, nothing else;

@@ -17,7 +17,7 @@ written (a test message, what the code printed, an exception's text, a name) goe
 src/lumen_ex/core/untrusted.py first (:func:`markdown`, :func:`code_block`, :func:`html`), so no student text
 becomes a heading, a link, a tag or a script. A picture is embedded only when its bytes decode as a
 PNG of at most 64 KiB, and it is re-encoded
-(src/lumen_ex/feedback/pictures.py), so nothing else reaches the ``src``.
+(src/lumen_ex/feedback/pictures/__init__.py), so nothing else reaches the ``src``.
 """
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ class Channel:
                 block = False
 
 
-def worker_spec(job: JobRequest):
+def job_worker_spec(job: JobRequest):
     """The WorkerSpec that ``lumen_ex.harness.check.check_here`` will ask for this job (so it can be started early)."""
     ex = catalog.load().find(job.exercise)
     root = Path(job.workspace).resolve()          # the workspace's root, as run_check finds it
@@ -189,16 +189,16 @@ def grade_one(job: JobRequest, launcher) -> dict:
         result = run_check(job.exercise, workspace=Path(job.workspace), seed=job.seed,
                            device=job.device, record=False, launcher=launcher)
     except LumenError as exc:
-        return error_document(catalog.load().find(job.exercise), str(exc), job, launcher, started)
+        return job_error_document(catalog.load().find(job.exercise), str(exc), job, launcher, started)
     except Exception as exc:  # noqa: BLE001  every job gets a document
-        return error_document(catalog.load().find(job.exercise),
+        return job_error_document(catalog.load().find(job.exercise),
                               f"the grader failed: {type(exc).__name__}: {exc}", job, launcher, started)
     if job.note:
         result.sandbox.note = " ".join(filter(None, [result.sandbox.note, job.note]))
     return result.to_dict()
 
 
-def error_document(ex, message: str, job: JobRequest, launcher, started: float) -> dict:
+def job_error_document(ex, message: str, job: JobRequest, launcher, started: float) -> dict:
     return grader_error(ex.summary(), one_line(message, "the grader failed"),
                         sandbox=SandboxInfo(launcher.name, launcher.isolated, {}, job.note),
                         device=job.device, seed=job.seed, duration=time.monotonic() - started).to_dict()
@@ -213,12 +213,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def serve(channel: Channel, sandbox: str) -> int:
     """Grade the jobs sent on ``channel`` until it ends; the exit code."""
-    docker = sandbox.startswith("docker:")
     launcher = None
+    warm = False        # whether this backend's workers can be started in advance (not docker's)
     queue: deque[Request] = deque()
     try:
         inner = from_spec(sandbox)
-        launcher = inner if docker else make_prelauncher(inner, lambda pid: channel.send(WorkerPid(pid)))
+        warm = inner.keeps_workers
+        launcher = make_prelauncher(inner, lambda pid: channel.send(WorkerPid(pid))) if warm else inner
         channel.send(Ready())   # torch is imported with the first job, while its worker starts
         while True:
             if not queue:
@@ -230,18 +231,18 @@ def serve(channel: Channel, sandbox: str) -> int:
             channel.send(Started(job.id))
             upcoming = next((j for j in queue if isinstance(j, JobRequest)), None)
             upcoming_spec = None
-            if not docker:
+            if warm:
                 # this job's worker (already started, unless it is the first) and the next one's
                 for j in filter(None, (job, upcoming)):
                     try:
-                        spec = worker_spec(j)
+                        spec = job_worker_spec(j)
                         launcher.prelaunch(spec)
                     except Exception:  # noqa: BLE001  started normally later instead
                         continue
                     if j is upcoming:
                         upcoming_spec = spec
             document = grade_one(job, launcher)
-            if not docker:
+            if warm:
                 launcher.keep({upcoming_spec} if upcoming_spec is not None else set())
             if STOPPING:    # pytest turns an interrupt into a short run: never report it as a result
                 return 130
@@ -251,7 +252,7 @@ def serve(channel: Channel, sandbox: str) -> int:
     except BrokenPipeError:
         return 0
     finally:
-        if launcher is not None and not docker:
+        if launcher is not None and warm:
             launcher.discard()
 
 

@@ -4,7 +4,7 @@ Errors a user can fix are one line plus the next step (exit code 2 for usage, 3 
 cannot run); a traceback appears only with ``--debug``.
 
 The command never imports from the current folder (it is often a student's): as a console script
-(entry point ``lumen_ex.core.trusted.run_cli``) its ``sys.path`` starts with the venv's ``bin`` folder,
+(entry point ``lumen_ex.cli.entry.run_cli``, src/lumen_ex/cli/entry.py) its ``sys.path`` starts with the venv's ``bin`` folder,
 and when ``PYTHONPATH`` or another import-changing variable is set, that entry point starts it again
 as ``python -I -m lumen_ex.cli.main`` before click or anything else is imported (:func:`main` does
 the same when started by ``python -m``). The Python processes it starts run isolated too

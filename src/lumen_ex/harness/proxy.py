@@ -235,11 +235,6 @@ class LearnerModule:
         return result, [wire.clean_text(n, 100) for n in claimed]
 
 
-# The name this class had before "submission" came to mean only a student's entry: still used by
-# src/lumen_ex/learner/ (watch mode), tests/sandbox/test_protocol_fuzz.py and tests/sandbox/test_sandbox.py.
-Submission = LearnerModule
-
-
 def _decode_grads(result: CallResult, grads, tensors, n_grads: int | None, devices) -> None:
     """The gradients of a reply (or why there are none) onto ``result``."""
     if grads is None:

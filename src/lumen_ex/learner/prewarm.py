@@ -83,7 +83,7 @@ def deferred_interrupts():
 
 
 class PoolSlot:
-    """Stands in for the WorkerPool of a check not yet started: a prepared session's Submission
+    """Stands in for the WorkerPool of a check not yet started: a prepared session's LearnerModule
     holds this, and the check puts its pool in (or a pool that ends the session)."""
 
     def __init__(self):
@@ -139,11 +139,11 @@ class PreparedRun:
 
     def __init__(self, suite: str, module_file: str, *, seed: int, device: str):
         # lazy: imports torch (see the module docstring)
-        from lumen_ex.harness.proxy import Submission
+        from lumen_ex.harness.proxy import LearnerModule
 
         self.device, self.seed = device, seed
         self.slot = PoolSlot()
-        self.submission = Submission(self.slot, device, module_file)
+        self.submission = LearnerModule(self.slot, device, module_file)
         self.gate = _gate_class()()
         self.outcome = None
         self.error: BaseException | None = None

@@ -167,10 +167,10 @@ class WatchSession:
         if prepared is not None:
             prepared.cancel()
         # lazy: proxy and runner import torch and pytest
-        from lumen_ex.harness.proxy import Submission
+        from lumen_ex.harness.proxy import LearnerModule
         from lumen_ex.harness.runner import run_suite
 
-        return run_suite(ex.suite, Submission(pool, device, learner_file.name), seed=seed, device=device,
+        return run_suite(ex.suite, LearnerModule(pool, device, learner_file.name), seed=seed, device=device,
                          select=select, lean=lean)
 
     # -- the harness kept warm -------------------------------------------------------------------

@@ -244,4 +244,7 @@ def python_runtime() -> Runtime:
             dirs.add(site_dir)
         if str(site_dir) not in {str(Path(p).resolve()) for p in site.getsitepackages()}:
             extra.append(str(site_dir))
-    return Runtime(sys.executable, tuple(sorted(dirs)), tuple(dict.fromkeys(extra)))
+    # abspath: a Python started as ../.venv/bin/python has ".." in sys.executable, which the
+    # sandbox (where the folder it passes through is not mounted) cannot resolve; abspath keeps the
+    # venv's bin/python link (realpath would resolve it to the base interpreter and lose the venv).
+    return Runtime(os.path.abspath(sys.executable), tuple(sorted(dirs)), tuple(dict.fromkeys(extra)))

@@ -5,8 +5,8 @@ unprivileged uid with no capabilities and no_new_privs, a clean environment, the
 the learner's workspace read-only, a small private /tmp, and none of the harness's descriptors.
 The lumen-ex package itself (hidden suites, reference) is masked with an empty tmpfs wherever it
 lies inside a mounted folder. Resource limits come from src/lumen_ex/sandbox/cgroups.py: bwrap sets none.
-See shared/docs/sandbox.md for the pitfalls these flags avoid (root keeps capabilities without a
-user namespace; inherited fds leak in; mount order matters).
+The flags avoid three pitfalls: root keeps capabilities without a user namespace, inherited fds
+leak in, and mount order matters (docs/security.md, the host rows).
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def package_dir() -> Path:
 
 
 def _cuda_args() -> list[str]:
-    """GPU passthrough: device nodes need --dev-bind, and cuInit needs /sys (sandbox.md 3.6)."""
+    """GPU passthrough: device nodes need --dev-bind, and cuInit needs /sys."""
     args = []
     for node in sorted(glob.glob("/dev/nvidia*")):
         if not os.path.isdir(node):

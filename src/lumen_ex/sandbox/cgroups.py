@@ -1,6 +1,6 @@
 """Resource limits for a sandboxed worker: a cgroup when we may make one, rlimits always.
 
-bubblewrap sets no limits of its own (containers/bubblewrap#233), and rlimits alone are weak:
+bubblewrap sets no limits of its own (https://github.com/containers/bubblewrap/issues/233), and rlimits alone are weak:
 RLIMIT_NPROC does nothing for root and RLIMIT_AS is unusable with CUDA. So:
 
 - processes and memory: a per-worker cgroup (v1 ``pids`` + ``memory``, or v2) created under our own
@@ -9,7 +9,7 @@ RLIMIT_NPROC does nothing for root and RLIMIT_AS is unusable with CUDA. So:
 - CPU time, core dumps, file size, open files: rlimits, which hold for everyone.
 
 ``Enforcement.describe()`` says which mechanism holds each limit; it is shown by ``doctor`` and
-stored in every result record, and tests/test_sandbox_limits.py proves each one with a real attack.
+stored in every result record, and tests/sandbox/test_sandbox.py proves each one with a real attack.
 """
 
 from __future__ import annotations
@@ -129,9 +129,11 @@ class Cgroup:
         deadline = time.monotonic() + wait
         while (pids := self.pids()) and time.monotonic() < deadline:
             for pid in pids:
+                # PermissionError too: a process that made itself unkillable by us (a setuid
+                # program in the unisolated mode) must not stop the clean-up of the rest
                 try:
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
+                except (ProcessLookupError, PermissionError):
                     pass
             time.sleep(0.01)
 

@@ -51,7 +51,6 @@ def select_backend(name: str) -> tuple[Backend, str]:
     return cls(), ""
 
 
-select_launcher = select_backend   # the name callers used before there was one Backend interface
 
 
 def from_spec(spec: str) -> Backend:

@@ -6,7 +6,7 @@ no points, no attempt charged, ``format_errors`` shown): the exercise's file is 
 (not a regular file, too large) or does not parse; and when the grader itself could not finish
 (record status ``error``), which is no fault of the student's either (:func:`ungradable_reason`).
 ``images`` holds the record's pictures (the heatmap PNG of each failing test that has one, checked
-by src/lumen_ex/feedback/pictures.py) as ``{"label", "url": "data:image/png;base64,..."}``, at the top
+by src/lumen_ex/feedback/pictures/__init__.py) as ``{"label", "url": "data:image/png;base64,..."}``, at the top
 level and on the test they belong to. ``message`` is the record's one-line message; ``output`` the headline and any
 sandbox note. Every test has ``name``, ``description`` (its group and id), ``points``,
 ``max_points``, ``message`` (the diagnosis as text) and ``output`` (what the learner's code printed),

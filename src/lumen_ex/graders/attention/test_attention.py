@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from lumen_ex.core.results import CheckFailed
+from lumen_ex.feedback.pictures import heatmap as pictures
 from lumen_ex.graders.attention.variants import causal_variants, output_variants
-from lumen_ex.graders.support import expect, inputs, pictures
+from lumen_ex.graders.support import expect, inputs
 from lumen_ex.graders.support.expect import Expected, Tolerance, fail
 from lumen_ex.reference import attention as ref
 

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 import torch
 
 from lumen_ex.core.results import CheckFailed, Diagnosis, note
-from lumen_ex.graders.support import pictures
+from lumen_ex.feedback.pictures import heatmap as pictures
 from lumen_ex.graders.support.mistakes import (  # noqa: F401 (re-exported for the suites)
     COMMON_EXCEPTIONS,
     GENERIC_MISCONCEPTIONS,

@@ -4,7 +4,7 @@
 JSON-able payload for ``Diagnosis.details["heatmap"]``: ONE (L_q, L_k) slice (the batch/head slice
 holding the largest error), values rounded to 3 significant digits, at most 16 x 16 cells (cropped
 around the worst cell when larger, and saying so), which cells differ under the check's tolerance,
-and the same picture as a PNG (src/lumen_ex/feedback/png.py), base64-embedded. docs/result-schema.md documents
+and the same picture as a PNG (src/lumen_ex/feedback/pictures/png.py), base64-embedded. docs/result-schema.md documents
 the payload; src/lumen_ex/cli/pictures.py draws it in the terminal.
 
 Hooks: expect.tensors() calls :func:`illustrate` when a values/NaN check fails (the failing tensor
@@ -21,7 +21,7 @@ from typing import Sequence
 import torch
 
 from lumen_ex.core.results import CheckFailed, Diagnosis
-from lumen_ex.feedback.png import heatmap_png
+from lumen_ex.feedback.pictures.png import heatmap_png
 
 MAX_CELLS = 16                      # per side of the picture
 DIGITS = 3                          # significant digits kept

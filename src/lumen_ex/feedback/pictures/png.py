@@ -2,7 +2,7 @@
 
 :func:`encode_indexed` writes an 8-bit palette PNG (IHDR, PLTE, optional tEXt, IDAT, IEND; each
 scanline with filter type 0, or 2 when it repeats the row above). :func:`heatmap_png` draws the
-heatmap payload of a diagnosis (src/lumen_ex/graders/support/pictures.py, documented in docs/result-schema.md)
+heatmap payload of a diagnosis (src/lumen_ex/feedback/pictures/heatmap.py, documented in docs/result-schema.md)
 as three panels side by side:
 EXPECTED | YOURS | DIFFERENCE, one square block per cell, rows = queries, columns = keys.
 

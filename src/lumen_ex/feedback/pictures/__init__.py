@@ -1,7 +1,11 @@
-"""The pictures of a record: the heatmap PNGs the hidden suites attach to a failing test's diagnosis
-(``details.heatmap.png_base64``, docs/result-schema.md), checked before any view embeds them.
+"""The pictures of a record, in one place: a failed value's heatmap payload made from the tensors
+(heatmap.py, called by the hidden suites), its PNG (png.py), and here, its embedding in the views
+(``details.heatmap.png_base64``, docs/result-schema.md), checked before any view embeds it. The
+terminal drawing of the same payload is the command line's (src/lumen_ex/cli/pictures.py: rich is
+the CLI's alone).
 
-The payload travels from the grading worker, so it is treated as untrusted: a picture is used only
+The payload travels in a record that may come from a grading process or a container, so it is
+treated as untrusted: a picture is used only
 when its text is strict base64 that decodes to a PNG (its signature first) of at most
 :data:`MAX_PNG_BYTES`, and it is re-encoded, so that only base64 characters ever reach a ``data:``
 URL. The caption goes through src/lumen_ex/core/untrusted.py like every other text.
@@ -14,7 +18,7 @@ import binascii
 
 from lumen_ex.core.results import RunResult, Status, TestResult
 from lumen_ex.core.untrusted import one_line
-from lumen_ex.feedback.png import PNG_SIGNATURE
+from lumen_ex.feedback.pictures.png import PNG_SIGNATURE
 
 MAX_PNG_BYTES = 64 << 10
 
