@@ -327,3 +327,26 @@ def test_limits_mechanism_is_reported(any_sandbox):
     if probe is not None:
         probe.remove()
         assert enforced["memory"].startswith("cgroup") and enforced["processes"].startswith("cgroup")
+
+
+@requires_bwrap
+def test_an_interpreter_path_through_an_unmounted_folder_still_starts_workers(tmp_path):
+    """``cd bench && ../.venv/bin/python ...`` gives a sys.executable with ``..`` through a folder the
+    sandbox does not mount: the worker must be started by a path the sandbox can resolve."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT, workspace_with
+
+    root = workspace_with(tmp_path, 1, ROOT / "src/lumen_ex/reference/attention.py")
+    detour = tmp_path / "elsewhere"
+    detour.mkdir()
+    python = os.path.relpath(sys.executable, detour)   # ../../..: started from detour, sys.executable keeps it
+    assert python.startswith("..") and os.path.samefile(detour / python, sys.executable)
+    code = ("import sys\nfrom lumen_ex.harness.check import run_check\n"
+            f"r = run_check(1, workspace={str(root)!r}, sandbox='bwrap', seed=3, device='cpu', record=False)\n"
+            "print(r.status.value, r.score, r.max_score)\n")
+    proc = subprocess.run([python, "-I", "-c", code], capture_output=True, text=True, timeout=300, cwd=detour)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    status, score, top = proc.stdout.split()
+    assert status == "pass" and float(score) == float(top), proc.stdout

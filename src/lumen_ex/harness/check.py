@@ -14,8 +14,8 @@ from pathlib import Path
 from lumen_ex import __version__
 from lumen_ex.core import catalog as catalog_mod
 from lumen_ex.core import scores, seeds, snapshot
-from lumen_ex.core.errors import DeviceUnavailable, UsageError
-from lumen_ex.core.options import DEVICES, gpu_present, resolve_device  # noqa: F401 (re-exported)
+from lumen_ex.core.errors import DeviceUnavailable
+from lumen_ex.core.options import DEVICES, check_device, gpu_present, resolve_device  # noqa: F401 (DEVICES: re-exported)
 from lumen_ex.core.results import (
     Diagnosis,
     RunResult,
@@ -46,8 +46,7 @@ def run_check(exercise: str | int, *, workspace: Path | None = None, sandbox: st
     starts workers as the container's worker user (src/lumen_ex/sandbox/container.py).
     """
     started = time.monotonic()
-    if device not in DEVICES:
-        raise UsageError(f"unknown device {device!r}", "Use --device cpu, cuda or auto")
+    check_device(device)
     cat = catalog_mod.load()
     ex = cat.find(exercise)
     ws = Workspace.find(workspace)

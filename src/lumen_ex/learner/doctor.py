@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from lumen_ex import __version__
 from lumen_ex.core.limits import Limits
-from lumen_ex.harness.check import gpu_present
+from lumen_ex.core.options import gpu_present
 from lumen_ex.image import engine
 from lumen_ex.image import tag as image
 from lumen_ex.sandbox import docker

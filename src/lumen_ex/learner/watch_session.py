@@ -38,8 +38,9 @@ from typing import Callable, Iterator
 from lumen_ex.core import catalog as catalog_mod
 from lumen_ex.core import seeds
 from lumen_ex.core.errors import SandboxUnavailable, UsageError
+from lumen_ex.core.options import check_device
 from lumen_ex.core.workspace import Workspace
-from lumen_ex.harness.check import DEVICES, check_here, worker_spec
+from lumen_ex.harness.check import check_here, worker_spec
 from lumen_ex.learner.file_events import POLL_INTERVAL, Change, Inotify, Poller, file_digest
 from lumen_ex.learner.prewarm import GuardedLauncher, Prewarm
 from lumen_ex.sandbox.base import Launcher
@@ -73,8 +74,7 @@ class WatchSession:
                  seed: int | None = None, device: str = "auto", poll: bool = False,
                  poll_interval: float = POLL_INTERVAL, debounce: float = DEBOUNCE, record: bool = True,
                  prepare: bool = True):
-        if device not in DEVICES:
-            raise UsageError(f"unknown device {device!r}", "Use --device cpu, cuda or auto")
+        check_device(device)
         self.ex = catalog_mod.load().find(exercise)
         self.workspace = Workspace.find(workspace)
         self.file = self.workspace.exercise_file(self.ex)
