@@ -212,7 +212,7 @@ def run_shards(jobs: list[Job], seeds, tmp: Path) -> dict[str, list[dict]]:
     for i, group in enumerate(shards(jobs, SHARDS)):
         jobs_file, out_file = tmp / f"jobs{i}.json", tmp / f"out{i}.json"
         jobs_file.write_text(json.dumps({"seeds": list(seeds), "jobs": [j.__dict__ for j in group]}))
-        code = (f"import sys; sys.path.insert(0, {str(ROOT / 'tests')!r}); "
+        code = (f"import sys; sys.path[:0] = [{str(Path(__file__).resolve().parent)!r}, {str(ROOT / 'tests')!r}]; "
                 f"import test_seed_stability as t; t.shard_main({str(jobs_file)!r}, {str(out_file)!r})")
         log = open(tmp / f"shard{i}.log", "w")
         procs.append((subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=log, stderr=log,

@@ -74,7 +74,7 @@ def check_here(ex, workspace: Path, learner_file: Path, launcher: Launcher, *, s
 
     ``first``: a worker already launched for this check (a ``Launched``, or a ``harness.client.Worker``
     whose hello may already have been read), used instead of launching one; ``lumen-ex watch``
-    keeps one ready between saves (src/lumen_ex/learner/watch.py). It is killed when the check ends.
+    keeps one ready between saves (src/lumen_ex/learner/prewarm.py). It is killed when the check ends.
     ``lean``: run pytest without the plugins no suite needs (src/lumen_ex/harness/runner.py LEAN_DISABLED).
     ``run_tests``: called instead of ``_run_tests`` with the same arguments (watch mode runs a
     pytest session collected in advance).

@@ -28,7 +28,7 @@ COPY wheelhouse/lumen /wheelhouse/lumen
 #   root          the harness (trusted). docker leaves it only SETUID, SETGID and KILL.
 #   lumen-worker  runs the learner's code (untrusted), uid 61001, no home, no shell, no groups.
 # The worker's user may read only what the worker needs: the Python runtime, torch, and
-# lumen_ex/sandbox/inside (worker.py, wire.py). The rest of lumen-ex (hidden suites, reference, harness),
+# lumen_ex/sandbox/inside (worker.py, wire.py and wire's parts). The rest of lumen-ex (hidden suites, reference, harness),
 # its install record, and /results (the mount point of the results directory) are root's alone.
 RUN set -eu \
  && /opt/lumen/venv/bin/python -m pip install --no-index --no-deps --no-cache-dir \
