@@ -12,9 +12,8 @@ travel as a small JSON tree in which tensors are references into that list:
 
 This module is shared verbatim by both sides, so it imports only the standard library, torch and
 its siblings in this folder (the only files a sandbox sees: src/lumen_ex/sandbox/bwrap.py binds the
-folder at /lumen). Inside the sandbox worker.py imports it as the top-level module ``wire`` with the
-folder on sys.path, so each sibling is imported by its plain name there and relative to the package
-in the harness. Here: writing frames and values (pack). The rest is in the siblings, and every name
+folder at /lumen). The siblings are imported relatively, here and in the sandbox alike (worker.py
+imports this folder as a package by its path: ``_wire_module``). Here: writing frames and values (pack). The rest is in the siblings, and every name
 is re-exported from here: the fixed terms (caps, dtypes, ProtocolError, Opaque) in wire_limits.py,
 reading and validating in wire_decode.py, the checks of reply headers in wire_replies.py.
 Nothing here ever unpickles or evaluates what it reads: the receiving side accepts only strict
@@ -35,90 +34,47 @@ import os
 
 import torch
 
-if __spec__.parent:   # the harness: lumen_ex.sandbox.inside.wire, beside its siblings in the package
-    from .wire_decode import (  # noqa: F401 (re-exported)
-        INT_LIMIT,
-        FrameParser,
-        _check_spec,
-        build_tensor,
-        check_device_tag,
-        header_length,
-        is_meta_spec,
-        loads_header,
-        parse_header,
-        read_frame_blocking,
-        unpack,
-    )
-    from .wire_limits import (  # noqa: F401 (re-exported)
-        DTYPE_NAMES,
-        DTYPES,
-        FRAME_LENGTH,
-        ITEMSIZE,
-        MAX_DEPTH,
-        MAX_DIMS,
-        MAX_FRAME_TENSOR_BYTES,
-        MAX_HEADER_BYTES,
-        MAX_STRING,
-        MAX_TENSOR_BYTES,
-        MAX_TENSORS,
-        PROTOCOL_VERSION,
-        SDPA_KERNELS,
-        Opaque,
-        ProtocolError,
-        clean_text,
-    )
-    from .wire_replies import (  # noqa: F401 (re-exported)
-        MAX_FRAMES,
-        MAX_PARAMS,
-        PARAM_KINDS,
-        check_elapsed,
-        check_error,
-        check_functions,
-        check_hello,
-        check_ok,
-    )
-else:                 # the sandbox: the top-level module wire, imported by worker.py with this folder on sys.path
-    from wire_decode import (  # noqa: F401 (re-exported)
-        INT_LIMIT,
-        FrameParser,
-        _check_spec,
-        build_tensor,
-        check_device_tag,
-        header_length,
-        is_meta_spec,
-        loads_header,
-        parse_header,
-        read_frame_blocking,
-        unpack,
-    )
-    from wire_limits import (  # noqa: F401 (re-exported)
-        DTYPE_NAMES,
-        DTYPES,
-        FRAME_LENGTH,
-        ITEMSIZE,
-        MAX_DEPTH,
-        MAX_DIMS,
-        MAX_FRAME_TENSOR_BYTES,
-        MAX_HEADER_BYTES,
-        MAX_STRING,
-        MAX_TENSOR_BYTES,
-        MAX_TENSORS,
-        PROTOCOL_VERSION,
-        SDPA_KERNELS,
-        Opaque,
-        ProtocolError,
-        clean_text,
-    )
-    from wire_replies import (  # noqa: F401 (re-exported)
-        MAX_FRAMES,
-        MAX_PARAMS,
-        PARAM_KINDS,
-        check_elapsed,
-        check_error,
-        check_functions,
-        check_hello,
-        check_ok,
-    )
+from .wire_decode import (  # noqa: F401 (re-exported)
+    INT_LIMIT,
+    FrameParser,
+    _check_spec,
+    build_tensor,
+    check_device_tag,
+    header_length,
+    is_meta_spec,
+    loads_header,
+    parse_header,
+    read_frame_blocking,
+    unpack,
+)
+from .wire_limits import (  # noqa: F401 (re-exported)
+    DTYPE_NAMES,
+    DTYPES,
+    FRAME_LENGTH,
+    ITEMSIZE,
+    MAX_DEPTH,
+    MAX_DIMS,
+    MAX_FRAME_TENSOR_BYTES,
+    MAX_HEADER_BYTES,
+    MAX_STRING,
+    MAX_TENSOR_BYTES,
+    MAX_TENSORS,
+    PROTOCOL_VERSION,
+    SDPA_KERNELS,
+    Opaque,
+    ProtocolError,
+    clean_text,
+)
+from .wire_replies import (  # noqa: F401 (re-exported)
+    MAX_FRAMES,
+    MAX_PARAMS,
+    PARAM_KINDS,
+    check_elapsed,
+    check_error,
+    check_functions,
+    check_hello,
+    check_ok,
+)
 
 
 def tensor_spec(t: torch.Tensor) -> tuple[dict, bytes]:

@@ -6,8 +6,8 @@ ProtocolError, whatever the bytes. The harness also turns any other exception ra
 a reply into a protocol error charged to the submission (src/lumen_ex/harness/client.py), so a gap
 here can never become an error of the grader.
 
-Like every file of this folder it runs inside the sandbox as a plain top-level module beside
-worker.py, so it imports only the standard library, torch and its siblings.
+Like every file of this folder it runs inside the sandbox too (worker.py imports the folder as a
+package), so it imports only the standard library, torch and its siblings.
 """
 
 from __future__ import annotations
@@ -19,38 +19,21 @@ import re
 
 import torch
 
-if __spec__.parent:   # the harness: lumen_ex.sandbox.inside.wire_decode
-    from .wire_limits import (
-        DTYPE_NAMES,
-        DTYPES,
-        FRAME_LENGTH,
-        ITEMSIZE,
-        MAX_DEPTH,
-        MAX_DIMS,
-        MAX_FRAME_TENSOR_BYTES,
-        MAX_HEADER_BYTES,
-        MAX_TENSOR_BYTES,
-        MAX_TENSORS,
-        Opaque,
-        ProtocolError,
-        clean_text,
-    )
-else:                 # the sandbox: a top-level module beside worker.py, imported while its folder is on sys.path
-    from wire_limits import (
-        DTYPE_NAMES,
-        DTYPES,
-        FRAME_LENGTH,
-        ITEMSIZE,
-        MAX_DEPTH,
-        MAX_DIMS,
-        MAX_FRAME_TENSOR_BYTES,
-        MAX_HEADER_BYTES,
-        MAX_TENSOR_BYTES,
-        MAX_TENSORS,
-        Opaque,
-        ProtocolError,
-        clean_text,
-    )
+from .wire_limits import (
+    DTYPE_NAMES,
+    DTYPES,
+    FRAME_LENGTH,
+    ITEMSIZE,
+    MAX_DEPTH,
+    MAX_DIMS,
+    MAX_FRAME_TENSOR_BYTES,
+    MAX_HEADER_BYTES,
+    MAX_TENSOR_BYTES,
+    MAX_TENSORS,
+    Opaque,
+    ProtocolError,
+    clean_text,
+)
 
 INT_LIMIT = 2**63                 # ints on the wire are 64-bit, as pack() sends them
 # A device as the worker may name it: the CPU, or a CUDA device with a plausible index.

@@ -1,8 +1,8 @@
 """The fixed terms of the wire format that both sides hold to: the protocol version, the caps on
 every size, the allow-list of dtypes, and the types every part of the format shares.
 
-Part of ``wire`` (see its docstring): like every file of this folder it runs inside the sandbox as
-a plain top-level module beside worker.py, so it imports only the standard library and torch.
+Part of ``wire`` (see its docstring): like every file of this folder it runs inside the sandbox too
+(worker.py imports the folder as a package), so it imports only the standard library and torch.
 """
 
 from __future__ import annotations

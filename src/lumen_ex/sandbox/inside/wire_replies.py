@@ -3,17 +3,13 @@ error and the load reply's function table.
 
 Part of ``wire`` (see its docstring). Every field of a reply is a claim of the worker: each check
 here returns plain, checked values of the right types and sizes, or raises ProtocolError. Like
-every file of this folder it runs inside the sandbox as a plain top-level module beside worker.py
-(it is bound there with the rest of the format), so it imports only the standard library and its
-siblings.
+every file of this folder it runs inside the sandbox too (bound there with the rest of the format),
+so it imports only the standard library and its siblings.
 """
 
 from __future__ import annotations
 
-if __spec__.parent:   # the harness: lumen_ex.sandbox.inside.wire_replies
-    from .wire_limits import PROTOCOL_VERSION, ProtocolError, clean_text
-else:                 # the sandbox: a top-level module beside worker.py, imported while its folder is on sys.path
-    from wire_limits import PROTOCOL_VERSION, ProtocolError, clean_text
+from .wire_limits import PROTOCOL_VERSION, ProtocolError, clean_text
 
 MAX_PARAMS = 256                  # parameters of one function in the load reply's table
 MAX_FRAMES = 16                   # traceback entries of one learner error

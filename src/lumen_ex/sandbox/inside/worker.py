@@ -24,12 +24,28 @@ import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+PACKAGE = "lumen_inside"   # the name this folder is imported under inside the sandbox (see _wire_module)
 wire = torch = None  # imported in main(), once the extra site folders are on sys.path
 
 LEARNER_DIRS: list[str] = []
 FORBIDDEN_CALLS: list[str] = []
 FORBIDDEN_NAMES: dict[str, str] = {}   # function __name__ -> the dotted forbidden API it belongs to
 _INSIDE_FORBIDDEN = [0]                # > 0 while a forbidden API runs: its own inner calls are not the learner's
+
+
+def _wire_module():
+    """wire.py from this folder, imported as a submodule of the folder made a package by its path
+    (``lumen_inside``), so that wire and its parts use the same relative imports here as in the
+    harness (``lumen_ex.sandbox.inside``). Nothing is put on sys.path, and no folder above this one
+    is read: in the grader image the worker's user may read this folder alone."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(PACKAGE, os.path.join(HERE, "__init__.py"),
+                                                  submodule_search_locations=[HERE])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[PACKAGE] = package
+    spec.loader.exec_module(package)
+    return importlib.import_module(f"{PACKAGE}.wire")
 
 
 def main(argv: list[str]) -> int:
@@ -42,10 +58,7 @@ def main(argv: list[str]) -> int:
         os.dup2(2, 1)
     sys.path.extend(extra_sites)
     global wire, torch
-    sys.path.insert(0, HERE)
-    import wire  # the sibling file, bound next to this one in the sandbox (it imports its wire_*.py siblings now)
-
-    sys.path.remove(HERE)
+    wire = _wire_module()
     import torch
     send(rep_fd, {"hello": True, "protocol": wire.PROTOCOL_VERSION, "pid": os.getpid(),
                   "torch": torch.__version__, "cuda": torch.cuda.is_available()})
