@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lumen_ex.core.limits import Limits
+from lumen_ex.sandbox.processes import signal_process
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _counter = itertools.count()
@@ -129,12 +130,9 @@ class Cgroup:
         deadline = time.monotonic() + wait
         while (pids := self.pids()) and time.monotonic() < deadline:
             for pid in pids:
-                # PermissionError too: a process that made itself unkillable by us (a setuid
-                # program in the unisolated mode) must not stop the clean-up of the rest
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+                # gone, or unkillable by us (a setuid program in the unisolated mode): either way
+                # the clean-up of the rest goes on
+                signal_process(pid, signal.SIGKILL)
             time.sleep(0.01)
 
     def remove(self) -> None:
