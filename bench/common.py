@@ -15,6 +15,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+EXERCISES = ROOT / "src" / "lumen_ex" / "exercises"        # the built-in pack
+CORPORA = {"attention": EXERCISES / "01-attention" / "corpus", "kv_cache": EXERCISES / "02-kv-cache" / "corpus"}
+REFERENCES = {"attention": EXERCISES / "01-attention" / "reference.py", "kv_cache": EXERCISES / "02-kv-cache" / "reference.py"}
 PYTHON = sys.executable
 LUMEN_EX = str(Path(sys.executable).parent / "lumen-ex")
 
@@ -44,5 +47,5 @@ def reference_workspace() -> Path:
     tmp = Path(tempfile.mkdtemp(prefix="lumen-bench-"))
     subprocess.run([LUMEN_EX, "init", str(tmp / "ws")], check=True, capture_output=True)
     for ex in catalog.load().exercises:
-        shutil.copyfile(ROOT / "src/lumen_ex/reference" / ex.file, tmp / "ws" / ex.dir / ex.file)
+        shutil.copyfile(ex.reference_path, tmp / "ws" / ex.dir / ex.file)
     return tmp / "ws"

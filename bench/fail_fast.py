@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 import shutil
 
-from common import LUMEN_EX, ROOT, median_of, reference_workspace, timed
+from common import LUMEN_EX, REFERENCES, median_of, reference_workspace, timed
 
 SYNTAX_ERROR = "import torch\n\ndef scaled_dot_product_attention(q, k, v, mask=None)\n    return q, q\n"
-HANGS = (ROOT / "src/lumen_ex/reference" / "attention.py").read_text().replace(
+HANGS = (REFERENCES["attention"]).read_text().replace(
     '    d_k = q.size(-1)', '    while True:\n        pass\n    d_k = q.size(-1)', 1)
 
 
@@ -27,7 +27,7 @@ def main() -> None:
     parser.add_argument("--sandbox", default="auto")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    assert HANGS != (ROOT / "src/lumen_ex/reference" / "attention.py").read_text(), "the reference changed: adapt HANGS"
+    assert HANGS != (REFERENCES["attention"]).read_text(), "the reference changed: adapt HANGS"
     ex = catalog.load().find(1)
     workspaces = {}
     for name, source in (("passing", None), ("syntax error", SYNTAX_ERROR), ("hanging function", HANGS)):

@@ -23,13 +23,16 @@ import math
 
 import torch
 
-from lumen_ex.graders.attention import test_attention as ta
-from lumen_ex.graders.attention.variants import output_variants
-from lumen_ex.graders.kv_cache import test_kv_cache as tk
-from lumen_ex.graders.kv_cache.variants import step_variants
+from lumen_ex.core import catalog, exercise_modules
 from lumen_ex.graders.support import expect, inputs
-from lumen_ex.reference import attention as ref_att
-from lumen_ex.reference import kv_cache as ref_kv
+
+_EX = {ex.suite: ex for ex in catalog.load().exercises}
+ta = exercise_modules.load(_EX["attention"].suite_dir, "test_attention")
+tk = exercise_modules.load(_EX["kv_cache"].suite_dir, "test_kv_cache")
+output_variants = exercise_modules.load(_EX["attention"].root, "mistakes").output_variants
+step_variants = exercise_modules.load(_EX["kv_cache"].root, "mistakes").step_variants
+ref_att = exercise_modules.load(_EX["attention"].root, "reference")
+ref_kv = exercise_modules.load(_EX["kv_cache"].root, "reference")
 
 
 def attention_float32_inside(q, k, v, mask=None):

@@ -33,7 +33,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from common import LUMEN_EX, ROOT
+from common import CORPORA, LUMEN_EX, ROOT
 
 CORPUS = ROOT / "tests" / "corpus"
 HOSTILE = ["sys_exit", "kill_parent", "fake_reply_frame", "monkeypatch_comparisons", "subclass_eq_true",
@@ -48,10 +48,10 @@ def make_class(root: Path, n: int) -> dict[str, str]:
 
     cat = catalog.load()
     ex1, ex2 = cat.find(1), cat.find(2)
-    correct1 = [ROOT / "src/lumen_ex/reference" / ex1.file, *sorted((CORPUS / "attention" / "correct").glob("*.py"))]
-    correct2 = [ROOT / "src/lumen_ex/reference" / ex2.file, *sorted((CORPUS / "kv_cache" / "correct").glob("*.py"))]
-    buggy1 = sorted((CORPUS / "attention" / "buggy").glob("*.py"))
-    buggy2 = sorted((CORPUS / "kv_cache" / "buggy").glob("*.py"))
+    correct1 = [ex1.reference_path, *sorted((CORPORA["attention"] / "correct").glob("*.py"))]
+    correct2 = [ex2.reference_path, *sorted((CORPORA["kv_cache"] / "correct").glob("*.py"))]
+    buggy1 = sorted((CORPORA["attention"] / "buggy").glob("*.py"))
+    buggy2 = sorted((CORPORA["kv_cache"] / "buggy").glob("*.py"))
     hostile = [CORPUS / "hostile" / f"{name}.py" for name in HOSTILE]
     kinds = ["correct", "buggy", "buggy", "hostile", "correct", "buggy", "buggy", "correct", "hostile", "buggy"]
     pools = {"correct": (itertools.cycle(correct1), itertools.cycle(correct2)),

@@ -25,9 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-from common import LUMEN_EX, ROOT, median_of, reference_workspace, timed
+from common import LUMEN_EX, REFERENCES, median_of, reference_workspace, timed
 
-# A second correct solution, different from src/lumen_ex/reference/attention.py line for line.
+# A second correct solution, different from src/lumen_ex/exercises/01-attention/reference.py line for line.
 EINSUM = '''"""Correct, written differently: einsum and torch.where."""
 import math
 
@@ -51,7 +51,7 @@ def causal_mask(L_q, L_k=None, device=None):
 
 
 def versions() -> list[str]:
-    return [(ROOT / "src/lumen_ex/reference" / "attention.py").read_text(), EINSUM]
+    return [(REFERENCES["attention"]).read_text(), EINSUM]
 
 
 def write(path: Path, text: str) -> None:

@@ -22,7 +22,12 @@ ROOT = Path(__file__).resolve().parent.parent
 for _folder in ("unit", "sandbox", "e2e"):
     if str(Path(__file__).resolve().parent / _folder) not in sys.path:
         sys.path.insert(0, str(Path(__file__).resolve().parent / _folder))
-CORPUS = Path(__file__).resolve().parent / "corpus"
+CORPUS = Path(__file__).resolve().parent / "corpus"          # the hostile submissions (tests/corpus/hostile)
+# The built-in pack's exercises, by suite id (attention, kv_cache, ...): each one's corpus and reference
+# live in its folder (src/lumen_ex/exercises/<NN-slug>/corpus/, reference.py).
+BUILTIN = {ex.suite: ex for ex in catalog.load(environ={}).exercises}
+CORPORA = {suite: ex.corpus_dir for suite, ex in BUILTIN.items()}
+REFERENCES = {suite: ex.reference_path for suite, ex in BUILTIN.items()}
 LUMEN_EX = str(Path(sys.executable).parent / "lumen-ex")   # the installed command, as a user runs it
 
 
@@ -90,3 +95,21 @@ def grade(tmp_path):
         return grade_source(tmp_path / f"g{next(counter)}", exercise, source, **kwargs)
 
     return _grade
+
+
+def pack_copy(tmp: Path, *, version: str | None = None, edits: dict[str, tuple[str, str]] | None = None) -> Path:
+    """A copy of the built-in pack (same name, so on LUMEN_EX_PATH it replaces the built-in one),
+    with another ``version`` and text ``edits``: {file relative to the pack: (old, new)}."""
+    root = tmp / "pack-copy"
+    shutil.copytree(catalog.exercises_root(), root, ignore=shutil.ignore_patterns("__pycache__"))
+    changes = dict(edits or {})
+    if version is not None:
+        text = (root / "pack.toml").read_text()
+        current = catalog.read_pack(root).version
+        changes["pack.toml"] = (f'version = "{current}"', f'version = "{version}"')
+        assert current in text
+    for rel, (old, new) in changes.items():
+        text = (root / rel).read_text()
+        assert old in text, f"{old!r} not in {rel}"
+        (root / rel).write_text(text.replace(old, new, 1))
+    return root

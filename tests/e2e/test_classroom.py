@@ -23,7 +23,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS, ROOT
+from conftest import CORPORA
 from docker_support import needs_docker
 from test_cli import LUMEN_EX, run
 from test_grade import grade, make_class
@@ -90,7 +90,7 @@ def test_init_ci_github_writes_a_workflow_that_runs(tmp_path):
     assert (repo / ".gitignore").read_text().startswith(".lumen-ex/")
 
     # run the first check step as the runner would: in the repository, with GitHub's files set
-    shutil.copyfile(ROOT / "src/lumen_ex/reference" / EX1.file, repo / EX1.path)
+    shutil.copyfile(EX1.reference_path, repo / EX1.path)
     argv = shlex.split(checks[0]["run"])
     output = tmp_path / "github_output"
     env = {**os.environ, "GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
@@ -178,7 +178,7 @@ def test_emit_k8s_writes_valid_manifests(emitted):
     volume = base / "volume"
     assert sorted(p.name for p in (volume / "submissions").iterdir()) == ["0", "1", "2", "3", "4"]
     assert (volume / "submissions" / "1" / EX1.path).read_text() == \
-        (CORPUS / "attention" / "buggy" / "no_scale.py").read_text()           # bob
+        (CORPORA["attention"] / "buggy" / "no_scale.py").read_text()           # bob
     assert (volume / "submissions" / "0" / "lumen-ex.toml").is_file()
     assert index["missing"]["carol"] == {EX1.slug: f"no {EX1.path} in the submission"}
     assert "outside its folder" in index["refused"]["eve"]

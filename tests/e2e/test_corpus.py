@@ -1,44 +1,57 @@
-"""Every exercise's corpus, graded for real: every correct solution gets full marks, every buggy one
-fails with the diagnosis its header declares, the stub fails and the reference passes.
+"""Every exercise's corpus, graded for real by `lumen-ex dev check` on the built-in pack: every correct
+solution gets full marks, every buggy one fails with the diagnosis its header declares, the stub
+fails, the reference passes under several seeds, and every known mistake is named by some file.
 
-The exercises come from the catalogue (lumen_ex.core.catalog.load().exercises); each one's corpus
-is tests/corpus/<suite>/ (its ``suite`` field: attention, kv_cache), with known-correct files in
-correct/ and known-buggy ones in buggy/. Each buggy file starts with header comments
-(tests/corpus_headers.py reads them)::
+The exercises come from the built-in pack (src/lumen_ex/exercises, one folder each); each one's
+corpus is <folder>/corpus/correct/ and <folder>/corpus/buggy/, and each buggy file starts with header
+comments (src/lumen_ex/authoring/corpus.py)::
 
     # bug: <one line>                          what the learner got wrong
     # expect-kind: <kind>                      the diagnosis kind of the FIRST failing test
-    # expect-misconception: <variant name>     (optional) the named mistake that test must report
+    # expect-misconception: <mistake id>       (optional) the named mistake that test must report
     # expect-test: <test id>                   (optional) which hidden test must fail first
 
-and must fail (never pass, never a grader error) with exactly that diagnosis.
-
-The files are graded through the real entry point (lumen_ex.harness.check.run_check, via the ``grade``
-fixture) in the best sandbox available, so each case exercises the worker, the pipe protocol and
-the harness's own verdicts. The reference is also graded under every sandbox, which must agree.
+The command runs once for the session (the installed `lumen-ex`, so the CLI, the batch grader, the
+sandbox and the harness are all the real ones); each file's test below reads its own line of the
+JSON report, so a failure names the file. The reference is also graded under every sandbox here,
+which must agree.
 """
 
 from __future__ import annotations
 
-import importlib
+import json
+import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS, ROOT, bwrap_ok
-from corpus_headers import headers
+from conftest import BUILTIN, LUMEN_EX, bwrap_ok
 
-from lumen_ex.core import catalog
+from lumen_ex.authoring.corpus import corpus_files
 from lumen_ex.core.catalog import Exercise
-from lumen_ex.core.results import DIAGNOSIS_KINDS, Status
+from lumen_ex.core.results import Status
 
-EXERCISES = catalog.load().exercises
+EXERCISES = list(BUILTIN.values())
 # The least each corpus must hold: (correct files, buggy files).
-MINIMUM = {"attention": (7, 14), "kv_cache": (6, 10)}
+MINIMUM = {"attention": (7, 14), "kv_cache": (6, 10), "prefill": (5, 10), "rope": (5, 10),
+           "flash_attention": (5, 10), "paged_decode": (5, 10)}
+SEEDS = (1234, 7, 99)      # the reference must pass under each; the corpus is graded under the first
 
 
-def corpus(ex: Exercise, kind: str) -> list[Path]:
-    """The corpus files of one kind ("correct" or "buggy") of an exercise: tests/corpus/<suite>/<kind>/."""
-    return sorted((CORPUS / ex.suite / kind).glob("*.py"))
+@pytest.fixture(scope="session")
+def report() -> dict:
+    """`lumen-ex dev check --format json` on the built-in pack (one run for every test here)."""
+    proc = subprocess.run([LUMEN_EX, "dev", "check", "--format", "json", "--seeds", ",".join(map(str, SEEDS))],
+                          capture_output=True, text=True, timeout=3600, cwd="/")
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == (0 if doc["ok"] else 1), proc.stderr[-3000:]
+    return doc
+
+
+def entries(report: dict, where: str) -> list[dict]:
+    found = [f for f in report["files"] if f["where"] == where]
+    assert found, f"dev check graded no {where}"
+    return found
 
 
 def by_exercise():
@@ -46,120 +59,76 @@ def by_exercise():
 
 
 def by_file(kind: str):
-    cases = [pytest.param(ex, path, id=f"{ex.suite}-{path.stem}") for ex in EXERCISES for path in corpus(ex, kind)]
-    return pytest.mark.parametrize("ex,path", cases)
-
-
-def describe(result) -> str:
-    """One line per test, for assertion messages."""
-    lines = [f"status={result.status.value} score={result.score:.3f}/{result.max_score:.3f} ({result.message})"]
-    for t in result.tests:
-        d = t.diagnosis
-        lines.append(f"  {t.status.value:8} {t.id}" + (f"  [{d.kind}/{d.misconception}] {d.summary}" if d else ""))
-    return "\n".join(lines)
-
-
-def known_misconceptions(ex: Exercise) -> set[str]:
-    """Every mistake id the exercise's suite can name: the CATALOGUE of its variants module. (The
-    attention suite's ids can also be computed: the names of its value variants on inputs with a
-    4-D batch and a mask.)"""
-    variants = importlib.import_module(f"lumen_ex.graders.{ex.suite}.variants")
-    if hasattr(variants, "CATALOGUE"):
-        return set(variants.CATALOGUE)
-    assert ex.suite == "attention", f"lumen_ex.graders.{ex.suite}.variants has no CATALOGUE"
-    import torch
-
-    q = k = v = torch.zeros(1, 1, 2, 2, dtype=torch.float64)
-    mask = torch.ones(1, 1, 2, 2, dtype=torch.bool)
-    return {x.name for x in variants.output_variants(q, k, v, mask)} | {x.name for x in variants.causal_variants(2, 3)}
+    cases = [pytest.param(item, id=f"{item.exercise.suite}-{item.path.stem}")
+             for ex in EXERCISES for item in corpus_files(ex, kind)]
+    return pytest.mark.parametrize("item", cases)
 
 
 def test_every_exercise_has_a_corpus():
-    assert EXERCISES, "the catalogue lists no exercise"
+    assert EXERCISES, "the built-in pack lists no exercise"
     for ex in EXERCISES:
-        assert (CORPUS / ex.suite / "correct").is_dir() and (CORPUS / ex.suite / "buggy").is_dir(), \
-            f"exercise {ex.number} ({ex.slug}) has no corpus: add tests/corpus/{ex.suite}/correct and buggy"
+        assert (ex.corpus_dir / "correct").is_dir() and (ex.corpus_dir / "buggy").is_dir(), \
+            f"exercise {ex.number} ({ex.slug}) has no corpus: add {ex.dir}/corpus/correct and buggy"
         assert ex.suite in MINIMUM, f"exercise {ex.number} ({ex.slug}): say in MINIMUM how big its corpus must be"
 
 
 @by_exercise()
-def test_corpus_is_big_enough(ex):
-    correct, buggy = corpus(ex, "correct"), corpus(ex, "buggy")
+def test_corpus_is_big_enough(ex: Exercise):
+    correct, buggy = corpus_files(ex, "correct"), corpus_files(ex, "buggy")
     least_correct, least_buggy = MINIMUM[ex.suite]
-    assert len(correct) >= least_correct, [p.name for p in correct]
-    assert len(buggy) >= least_buggy, [p.name for p in buggy]
+    assert len(correct) >= least_correct, [c.path.name for c in correct]
+    assert len(buggy) >= least_buggy, [b.path.name for b in buggy]
 
 
-@by_file("buggy")
-def test_buggy_headers_are_valid(ex, path):
-    h = headers(path)
-    assert h.get("bug"), f"{path.name}: missing '# bug:' header"
-    assert h.get("expect-kind") in DIAGNOSIS_KINDS, f"{path.name}: expect-kind {h.get('expect-kind')!r} is not a diagnosis kind"
-    if "expect-misconception" in h:
-        assert h["expect-misconception"] in known_misconceptions(ex), \
-            f"{path.name}: unknown misconception {h['expect-misconception']!r}"
+def test_dev_check_finds_no_problem(report):
+    assert report["problems"] == [], "\n".join(f"{p['where']}: {p['what']}" for p in report["problems"])
+    assert report["ok"] is True
+    assert {e["number"] for e in report["exercises"]} == {ex.number for ex in EXERCISES}
 
 
 @by_file("correct")
-def test_correct_solution_gets_full_score(grade, ex, path):
-    result = grade(ex.number, path)
-    assert result.status is Status.PASS, describe(result)
-    assert all(t.status in (Status.PASS, Status.SKIPPED) for t in result.tests), describe(result)
-    assert result.max_score == pytest.approx(ex.max_score) and result.max_score > 0, describe(result)
-    assert result.score == pytest.approx(result.max_score), describe(result)
+def test_correct_solution_gets_full_score(report, item):
+    (entry,) = entries(report, item.label)
+    assert entry["ok"] and entry["outcome"] == "full marks", entry
 
 
 @by_file("buggy")
-def test_buggy_solution_fails_with_declared_diagnosis(grade, ex, path):
-    h = headers(path)
-    result = grade(ex.number, path)
-    assert result.status is not Status.PASS, f"FALSE PASS of {path.name} ({h['bug']}):\n{describe(result)}"
-    assert result.status is Status.FAIL, describe(result)
-    assert result.score < result.max_score, describe(result)
-    first = result.first_failure
-    assert first is not None and first.diagnosis is not None, describe(result)
-    if "expect-test" in h:
-        assert first.id.endswith("::" + h["expect-test"]), \
-            f"first failure is {first.id}, expected {h['expect-test']}:\n{describe(result)}"
-    assert first.diagnosis.kind == h["expect-kind"], \
-        f"first failure {first.id} is {first.diagnosis.kind!r}, expected {h['expect-kind']!r}:\n{describe(result)}"
-    if "expect-misconception" in h:
-        assert first.diagnosis.misconception == h["expect-misconception"], \
-            f"first failure {first.id} names {first.diagnosis.misconception!r}, expected {h['expect-misconception']!r}:\n{describe(result)}"
-        assert first.diagnosis.hint, "a named misconception must come with its sentence as the hint"
+def test_buggy_solution_fails_with_declared_diagnosis(report, item):
+    (entry,) = entries(report, item.label)
+    assert entry["outcome"] != "false pass", f"FALSE PASS of {item.path.name} ({item.headers['bug']}): {entry}"
+    assert entry["ok"] and entry["outcome"] == "fails as declared", entry
 
 
 @by_exercise()
-def test_stub_fails(grade, ex):
-    stub = ROOT / "src/lumen_ex/exercises" / ex.dir / ex.file
-    result = grade(ex.number, stub)
-    assert result.status is Status.FAIL, describe(result)
-    assert result.score < result.max_score, describe(result)
-    first = result.first_failure
-    assert first.diagnosis.kind == "exception" and "NotImplementedError" in first.diagnosis.summary, describe(result)
-
-
-def reference(ex: Exercise) -> Path:
-    return ROOT / "src/lumen_ex/reference" / ex.file
+def test_stub_fails(report, ex: Exercise):
+    (entry,) = entries(report, f"{ex.dir}/{ex.file}")
+    assert entry["ok"] and entry["outcome"] == "fails", entry
 
 
 @by_exercise()
-def test_reference_scores_full_marks(grade, ex):
-    result = grade(ex.number, reference(ex))
-    assert result.status is Status.PASS, describe(result)
-    assert result.score == pytest.approx(result.max_score) == ex.max_score, describe(result)
+def test_reference_scores_full_marks_under_every_seed(report, ex: Exercise):
+    found = entries(report, f"{ex.dir}/reference.py")
+    assert sorted(e["seed"] for e in found) == sorted(SEEDS)
+    assert all(e["ok"] and e["outcome"] == "full marks" for e in found), found
+
+
+@by_exercise()
+def test_every_own_mistake_is_named_by_a_corpus_file(report, ex: Exercise):
+    (summary,) = [e for e in report["exercises"] if e["number"] == ex.number]
+    missing = [p for p in report["problems"] if p["where"] == ex.dir and "named by no buggy" in p["what"]]
+    assert summary["mistakes_named"] and missing == [], missing
 
 
 SANDBOXES = ["bwrap", "none"] if bwrap_ok() else ["none"]
 
 
 @by_exercise()
-def test_reference_full_score_under_every_sandbox(grade, ex):
-    results = {sb: grade(ex.number, reference(ex), sandbox=sb, seed=4321) for sb in SANDBOXES}
+def test_reference_full_score_under_every_sandbox(grade, ex: Exercise):
+    results = {sb: grade(ex.number, ex.reference_path, sandbox=sb, seed=4321) for sb in SANDBOXES}
     for sb, result in results.items():
         assert result.sandbox.backend == sb
-        assert result.status is Status.PASS, f"{sb}:\n{describe(result)}"
-        assert result.score == pytest.approx(result.max_score), f"{sb}:\n{describe(result)}"
+        assert result.status is Status.PASS, f"{sb}: {result.message}"
+        assert result.score == pytest.approx(result.max_score), f"{sb}: {result.message}"
     views = {sb: [(t.id, t.status, round(t.score, 6), round(t.max_score, 6)) for t in r.tests]
              for sb, r in results.items()}
     first = next(iter(views.values()))
@@ -167,3 +136,10 @@ def test_reference_full_score_under_every_sandbox(grade, ex):
         assert view == first, f"per-test results differ between sandboxes ({sb})"
     if not bwrap_ok():
         pytest.skip("bubblewrap unavailable: only the unisolated mode was compared")
+
+
+def test_the_report_lists_every_file_once_per_seed(report):
+    expected = {item.label for ex in EXERCISES for item in corpus_files(ex)}
+    graded = {f["where"] for f in report["files"] if f["what"] in ("correct", "buggy")}
+    assert graded == expected
+    assert all(Path(p["root"]).is_dir() for p in report["packs"])

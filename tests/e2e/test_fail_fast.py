@@ -13,14 +13,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT, best_sandbox, workspace_with
+from conftest import REFERENCES, best_sandbox, workspace_with
 
 from lumen_ex.core import catalog
 from lumen_ex.core.results import Status
 from lumen_ex.harness.check import run_check
 
 EXERCISE = catalog.load().find(1)
-REFERENCE = (ROOT / "src/lumen_ex/reference" / "attention.py").read_text()
+REFERENCE = (REFERENCES["attention"]).read_text()
 HANGS = REFERENCE.replace("    d_k = q.size(-1)", "    while True:\n        pass\n    d_k = q.size(-1)", 1)
 SYNTAX_ERROR = "import torch\n\ndef scaled_dot_product_attention(q, k, v, mask=None)\n    return q, q\n"
 LUMEN_EX = str(Path(sys.executable).parent / "lumen-ex")

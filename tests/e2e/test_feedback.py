@@ -13,7 +13,7 @@ import json
 import re
 
 import pytest
-from conftest import ROOT, best_sandbox
+from conftest import REFERENCES, best_sandbox
 from test_cli_pictures import MASK_INVERTED
 from test_grade import grade, put
 
@@ -31,7 +31,7 @@ def graded(tmp_path_factory):
     root = tmp_path_factory.mktemp("feedback")
     subs = root / "submissions"
     put(subs / NAME, "attention.py", MALLORY)
-    put(subs / "trent", "attention.py", ROOT / "src/lumen_ex/reference" / "attention.py")
+    put(subs / "trent", "attention.py", REFERENCES["attention"])
     out = root / "out"
     sandbox = best_sandbox()
     proc = grade([str(subs), "-e", "1", "--out", str(out), "--sandbox", sandbox, "--seed", "11",

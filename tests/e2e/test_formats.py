@@ -17,7 +17,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS, ROOT, best_sandbox
+from conftest import CORPORA, REFERENCES, ROOT, best_sandbox
 from test_cli import run
 
 from lumen_ex.core import catalog
@@ -28,7 +28,7 @@ jsonschema = pytest.importorskip("jsonschema")
 
 SCHEMAS = Path(__file__).parents[1] / "schemas"
 SEED = "7"
-NO_SCALE = CORPUS / "attention" / "buggy" / "no_scale.py"
+NO_SCALE = CORPORA["attention"] / "buggy" / "no_scale.py"
 SYNTAX_ERROR = "import torch\n\ndef scaled_dot_product_attention(q, k, v, mask=None)\n    return q, q\n"
 # An exception message that tries to start workflow commands of its own in the GitHub log.
 INJECTION = '''
@@ -83,7 +83,7 @@ def buggy(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def correct(tmp_path_factory):
-    return Checked(tmp_path_factory.mktemp("correct"), ROOT / "src/lumen_ex/reference" / "attention.py")
+    return Checked(tmp_path_factory.mktemp("correct"), REFERENCES["attention"])
 
 
 def test_the_cli_offers_every_format():

@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS, ROOT, interruptible, requires_bwrap
+from conftest import CORPORA, CORPUS, ROOT, interruptible, requires_bwrap
 from test_cli import LUMEN_EX
 
 from lumen_ex.classroom.submission_limits import SubmissionRefused
@@ -32,7 +32,7 @@ from lumen_ex.core.workspace import Workspace
 
 CAT = catalog.load()
 EX1, EX2 = CAT.find(1), CAT.find(2)
-REF1, REF2 = ROOT / "src/lumen_ex/reference" / EX1.file, ROOT / "src/lumen_ex/reference" / EX2.file
+REF1, REF2 = EX1.reference_path, EX2.reference_path
 SHA = "0123456789abcdef0123456789abcdef01234567"
 STOP_PARENT = '''
 import os, signal
@@ -74,10 +74,10 @@ def make_class(root: Path) -> Path:
     alice = Workspace.create(subs / "alice", CAT)                       # a workspace: both correct
     shutil.copyfile(REF1, alice.root / EX1.path)
     shutil.copyfile(REF2, alice.root / EX2.path)
-    put(subs / "bob", EX1.file, CORPUS / "attention" / "buggy" / "no_scale.py")  # flat files
+    put(subs / "bob", EX1.file, CORPORA["attention"] / "buggy" / "no_scale.py")  # flat files
     put(subs / "bob", EX2.file, REF2)
     zip_folder(subs / "carol.zip", {                                     # a zip wrapped in a folder
-        "carol-hw/02-kv-cache/kv_cache.py": (CORPUS / "kv_cache" / "buggy" / "gqa_repeat.py").read_text(),
+        "carol-hw/02-kv-cache/kv_cache.py": (CORPORA["kv_cache"] / "buggy" / "gqa_repeat.py").read_text(),
         "carol-hw/notes.md": "my notes\n"})
     put(subs / "dave", EX1.path, CORPUS / "hostile" / "sys_exit.py")     # a git checkout, hostile
     put(subs / "dave", ".git/HEAD", "ref: refs/heads/main\n")
@@ -317,7 +317,7 @@ def _start_time(pid: int) -> str:
 def test_ctrl_c_leaves_nothing_behind_and_a_rerun_resumes(tmp_path):
     subs = tmp_path / "submissions"
     for i in range(4):
-        put(subs / f"s{i}", EX1.path, CORPUS / "attention" / "buggy" / "no_scale.py" if i % 2 else REF1)
+        put(subs / f"s{i}", EX1.path, CORPORA["attention"] / "buggy" / "no_scale.py" if i % 2 else REF1)
     out = tmp_path / "out"
     args = [str(subs), "-e", "1", "--out", str(out), "--jobs", "2", "--sandbox", "bwrap", "--seed", "3"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FORCE_COLOR", "CLICOLOR"))}
@@ -449,7 +449,7 @@ def test_grade_in_docker_and_ctrl_c_leaves_no_container(tmp_path):
         pytest.skip(DOCKER_WHY)
     subs = tmp_path / "submissions"
     for i in range(4):
-        put(subs / f"s{i}", EX1.path, CORPUS / "attention" / "buggy" / "no_scale.py" if i % 2 else REF1)
+        put(subs / f"s{i}", EX1.path, CORPORA["attention"] / "buggy" / "no_scale.py" if i % 2 else REF1)
     out = tmp_path / "out"
     args = [str(subs), "-e", "1", "--out", str(out), "--jobs", "2", "--sandbox", "docker", "--seed", "3"]
     proc = subprocess.Popen([LUMEN_EX, "grade", *args], cwd=tmp_path, stdout=subprocess.PIPE,

@@ -16,15 +16,15 @@ import unicodedata
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS, ROOT, requires_bwrap
+from conftest import CORPORA, requires_bwrap
 from test_grade import grade, put, zip_folder
 
 from lumen_ex.core import catalog
 
 CAT = catalog.load()
 EX1 = CAT.find(1)
-REF1 = ROOT / "src/lumen_ex/reference" / EX1.file
-BUGGY = CORPUS / "attention" / "buggy" / "no_scale.py"
+REF1 = EX1.reference_path
+BUGGY = CORPORA["attention"] / "buggy" / "no_scale.py"
 JOSE = "José García"
 ZOE_NFD = unicodedata.normalize("NFD", "Zoë")
 ZOE_NFC = unicodedata.normalize("NFC", "Zoë")

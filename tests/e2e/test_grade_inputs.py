@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, requires_bwrap
+from conftest import requires_bwrap
 from test_cli import LUMEN_EX
 
 from lumen_ex.classroom import submission_limits, submissions, zips
@@ -30,7 +30,7 @@ from lumen_ex.core.workspace import Workspace
 
 CAT = catalog.load()
 EX1 = CAT.find(1)
-REF1 = (ROOT / "src/lumen_ex/reference" / EX1.file).read_text()
+REF1 = (EX1.reference_path).read_text()
 SHA = "0123456789abcdef0123456789abcdef01234567"
 RUN_LIMIT_S = 540           # the whole class; a hang anywhere would exceed it
 

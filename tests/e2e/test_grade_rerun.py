@@ -2,7 +2,7 @@
 
 Through the real entry point, under bwrap: a student edits a file (regraded, with the reason), a
 result that was a grader error ("no result from the cluster job") is retried, a bumped catalogue
-version makes every result stale (a copy of the catalogue, through LUMEN_EX_CATALOG), `--status`
+version makes every result stale (a copy of the built-in pack, through LUMEN_EX_PATH), `--status`
 says all this without grading, `--format` on a resumed run writes the views of kept results, and a
 SIGKILL in the middle of `--force` leaves the results from before it, never a mix.
 """
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS, ROOT, requires_bwrap
+from conftest import CORPORA, pack_copy, requires_bwrap
 from test_cli import LUMEN_EX
 from test_grade import grade, put
 
@@ -29,8 +29,8 @@ from lumen_ex.core.results import SandboxInfo
 
 CAT = catalog.load()
 EX1 = CAT.find(1)
-REF1 = ROOT / "src/lumen_ex/reference" / EX1.file
-BUGGY = CORPUS / "attention" / "buggy" / "no_scale.py"
+REF1 = EX1.reference_path
+BUGGY = CORPORA["attention"] / "buggy" / "no_scale.py"
 
 
 def records(out: Path) -> dict[str, dict]:
@@ -44,10 +44,9 @@ def document(out: Path, key: str) -> dict:
 
 
 def bumped_catalogue(tmp: Path, version: str) -> Path:
-    text = (ROOT / "src/lumen_ex/exercises" / "catalog.toml").read_text()
-    copy = tmp / "catalog.toml"
-    copy.write_text(text.replace(f'version = "{CAT.version}"', f'version = "{version}"', 1))
-    assert catalog.load(copy).version == version
+    """The built-in pack copied with another version (LUMEN_EX_PATH puts it in place of the built-in one)."""
+    copy = pack_copy(tmp, version=version)
+    assert catalog.load({"LUMEN_EX_PATH": str(copy)}).version == version
     return copy
 
 
@@ -95,7 +94,7 @@ def test_a_rerun_regrades_what_changed_and_says_why(tmp_path):
     assert after["bob"]["fingerprint"]["files"] != before["bob"]["fingerprint"]["files"]
 
     # a new catalogue version: every result is stale; regrading one student records the new version
-    env = {"LUMEN_EX_CATALOG": str(bumped_catalogue(tmp_path, "2099.1.1"))}
+    env = {"LUMEN_EX_PATH": str(bumped_catalogue(tmp_path, "2099.1.1"))}
     status = grade([*args, "--status"], tmp_path, env)
     assert status.stdout.count(f"the catalogue {CAT.version} -> 2099.1.1") == 2 and "2 stale" in status.stdout, \
         status.stdout

@@ -29,7 +29,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, requires_bwrap, workspace_with
+from conftest import requires_bwrap, workspace_with
 from docker_support import docker_param
 from markdown_it import MarkdownIt
 from rich.console import Console
@@ -421,7 +421,7 @@ def test_grade_a_class_with_hostile_names_and_messages(tmp_path):
     (pwned / EX1.file).write_text(SUBMISSION)
     formula = subs / "@SUM(1+1)|=cmd|' -C calc'!A0"         # kept as @SUM_1+1__cmd...: starts a formula
     formula.mkdir()
-    (formula / EX1.file).write_text((ROOT / "src/lumen_ex/reference" / EX1.file).read_text())
+    (formula / EX1.file).write_text((EX1.reference_path).read_text())
     (subs / "bad\r# zip <b>.zip").write_bytes(b"not a zip \x1b[2J")        # refused, its name in the message
     stored = subs / "stored"
     stored.mkdir()

@@ -22,14 +22,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, best_sandbox
+from conftest import REFERENCES, best_sandbox
 from test_grade import grade
 
 from lumen_ex.classroom import late
 from lumen_ex.classroom.late import LatePolicy, assess, make_policy, parse_duration, parse_time, submission_time
 
 UTC = dt.timezone.utc
-REF1 = ROOT / "src/lumen_ex/reference" / "attention.py"
+REF1 = REFERENCES["attention"]
 DUE = dt.datetime(2026, 3, 1, 23, 59, tzinfo=UTC)
 
 

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS
+from conftest import CORPORA
 from test_cli import SYNTAX_ERROR, run
 from test_cli_pictures import MASK_INVERTED
 from test_grade import grade, make_class
@@ -68,7 +68,7 @@ def test_gradescope_visibility_per_group_and_a_skipped_test(tmp_path, monkeypatc
     ex = dataclasses.replace(EX1, visibility={"properties": "after_due_date", "values": "hidden"})
     patched = dataclasses.replace(CAT, exercises=(ex, *CAT.exercises[1:]))
     monkeypatch.setattr(catalog, "load", lambda path=None: patched)
-    doc = run_on_host("gradescope", submission(tmp_path / "s", {"attention.py": CORPUS / "attention" / "correct" /
+    doc = run_on_host("gradescope", submission(tmp_path / "s", {"attention.py": CORPORA["attention"] / "correct" /
                                                                 "where_mask.py"}), tmp_path / "r.json", "1")
     seen = {t["tags"][0]: t["visibility"] for t in doc["tests"]}
     assert seen["properties"] == "after_due_date" and seen["values"] == "hidden" and seen["shapes"] == "visible"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from conftest import CORPUS, best_sandbox
+from conftest import CORPORA, best_sandbox
 from docker_support import needs_docker
 
 from lumen_ex.classroom import platforms
@@ -27,9 +27,9 @@ SCHEMAS = Path(__file__).parents[1] / "schemas"
 SCHEMA = {"gradescope": "gradescope-results.schema.json", "prairielearn": "prairielearn-results.schema.json"}
 CAT = catalog.load()
 EX1, EX2 = CAT.find(1), CAT.find(2)
-CORRECT_1 = CORPUS / "attention" / "correct" / "where_mask.py"
-NO_SCALE_1 = CORPUS / "attention" / "buggy" / "no_scale.py"
-CORRECT_2 = CORPUS / "kv_cache" / "correct" / "loop_over_heads.py"
+CORRECT_1 = CORPORA["attention"] / "correct" / "where_mask.py"
+NO_SCALE_1 = CORPORA["attention"] / "buggy" / "no_scale.py"
+CORRECT_2 = CORPORA["kv_cache"] / "correct" / "loop_over_heads.py"
 
 FORGER = '''
 import json, os, time

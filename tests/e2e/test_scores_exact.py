@@ -1,7 +1,7 @@
 """Fixed seeds and exact scores in `lumen-ex grade`, through the real entry point under bwrap.
 
 One class (a correct file, a buggy one, one that does not parse) is graded, and a file that hangs at
-import is graded on its own with a catalogue copy whose run limit is short (LUMEN_EX_CATALOG), so
+import is graded on its own with a copy of the built-in pack whose run limit is short (LUMEN_EX_PATH), so
 the run's time limit cuts it quickly. Then:
 
 - the class seed is recorded in DIR/class.json, in every result and every gradebook row, and a
@@ -25,7 +25,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS, ROOT, requires_bwrap
+from conftest import CORPORA, pack_copy, requires_bwrap
 from test_grade import grade, put
 
 from lumen_ex.core import catalog, scores
@@ -33,8 +33,8 @@ from lumen_ex.harness.check import GPU_GROUP, gpu_present
 
 CAT = catalog.load()
 EX1 = CAT.find(1)
-REF1 = ROOT / "src/lumen_ex/reference" / EX1.file
-STUDENTS = {"good": REF1.read_text(), "buggy": (CORPUS / "attention" / "buggy" / "no_scale.py").read_text(),
+REF1 = EX1.reference_path
+STUDENTS = {"good": REF1.read_text(), "buggy": (CORPORA["attention"] / "buggy" / "no_scale.py").read_text(),
             "syntax": "def scaled_dot_product_attention(q, k, v, mask=None)\n    return q\n",
             "hang": "while True:\n    pass\n"}
 FORMATS = ("json", "junit", "gradescope", "github", "prairielearn")
@@ -46,12 +46,11 @@ def D(x) -> Decimal:
 
 
 def short_catalogue(tmp: Path) -> Path:
-    """The catalogue with exercise 1's run limit cut to 8 s (the same version and points)."""
-    text = (ROOT / "src/lumen_ex/exercises" / "catalog.toml").read_text()
-    text = re.sub(r"call_seconds = \d+\nrun_seconds = \d+", "call_seconds = 4\nrun_seconds = 8", text, count=1)
-    path = tmp / "catalog.toml"
-    path.write_text(text)
-    assert catalog.load(path).find(1).times.run_seconds == 8
+    """The built-in pack with exercise 1's run limit cut to 8 s (the same version and points)."""
+    manifest = f"{EX1.dir}/exercise.toml"
+    old = re.search(r"call_seconds = \d+\nrun_seconds = \d+", (EX1.root / "exercise.toml").read_text()).group(0)
+    path = pack_copy(tmp, edits={manifest: (old, "call_seconds = 4\nrun_seconds = 8")})
+    assert catalog.load({"LUMEN_EX_PATH": str(path)}).find(1).times.run_seconds == 8
     return path
 
 
@@ -74,7 +73,7 @@ def graded(tmp_path_factory):
     assert again.returncode == 0, again.stdout + again.stderr
     put(root / "hanging" / "hang", EX1.file, STUDENTS["hang"])
     hung = grade([str(root / "hanging"), "-e", "1", "--out", str(root / "hang-out"), "--sandbox", "bwrap"], root,
-                 {"LUMEN_EX_CATALOG": str(short_catalogue(root))})
+                 {"LUMEN_EX_PATH": str(short_catalogue(root))})
     assert hung.returncode == 0, hung.stdout + hung.stderr
     docs["hang"] = json.loads((root / "hang-out" / "results" / "hang" / f"{EX1.dir}.json").read_text())
     return root, out, book, docs

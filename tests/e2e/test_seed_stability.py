@@ -1,8 +1,8 @@
 """Same code, same verdict: every corpus submission gets the same status and score at every seed.
 
 The seed chooses the hidden inputs (src/lumen_ex/graders/support/inputs.py), and nothing else may depend on it:
-a verdict that flips between seeds is a verdict nobody can trust. Every file in tests/corpus/
-(attention and kv_cache, correct and buggy, and the hostile attacks) is graded under each of
+a verdict that flips between seeds is a verdict nobody can trust. Every corpus file (each built-in
+exercise's corpus/correct and corpus/buggy, and the hostile attacks in tests/corpus/hostile) is graded under each of
 SEEDS, through the real harness (lumen_ex.harness.check.check_here: a real pytest session of the hidden suite,
 the real plugin, scoring and result record) against a real sandboxed worker, and the status, the
 score and every test's status must be identical across the seeds.
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS, ROOT, bwrap_ok
+from conftest import BUILTIN, CORPUS, ROOT, bwrap_ok
 
 SEEDS = (1, 2, 3, 1234, 2**31 - 1)
 SHARDS = 3                       # grading processes: one for correct/buggy files, two for hostile
@@ -57,7 +57,7 @@ HOSTILE_SELECT = {
 class Job:
     """One corpus file, its exercise, and how it is graded."""
 
-    path: str          # relative to tests/corpus
+    path: str          # relative to the repository's root
     exercise: int
     sandbox: str       # "none" or "bwrap"
     reuse: bool        # one worker for all seeds of this file
@@ -71,12 +71,12 @@ class Job:
 def corpus_jobs() -> list[Job]:
     """Every corpus file, with the way it is graded."""
     jobs = []
-    for folder, exercise in (("attention", 1), ("kv_cache", 2)):
+    for ex in BUILTIN.values():           # every exercise of the built-in pack, its own corpus
         for kind in ("correct", "buggy"):
-            for p in sorted((CORPUS / folder / kind).glob("*.py")):
-                jobs.append(Job(str(p.relative_to(CORPUS)), exercise, "none", True))
+            for p in sorted((ex.corpus_dir / kind).glob("*.py")):
+                jobs.append(Job(str(p.relative_to(ROOT)), ex.number, "none", True))
     for p in sorted((CORPUS / "hostile").glob("*.py")):
-        jobs.append(Job(str(p.relative_to(CORPUS)), 1, "bwrap", False, HOSTILE_SELECT.get(p.stem)))
+        jobs.append(Job(str(p.relative_to(ROOT)), 1, "bwrap", False, HOSTILE_SELECT.get(p.stem)))
     return jobs
 
 
@@ -149,7 +149,7 @@ def grade_file(job: Job, workspace: Path, launched, launcher, seeds) -> list[dic
 def prepare_workspace(job: Job, tmp: Path) -> Path:
     from conftest import workspace_with
 
-    return workspace_with(tmp / job.name.replace("/", "-"), job.exercise, CORPUS / job.path)
+    return workspace_with(tmp / job.name.replace("/", "-"), job.exercise, ROOT / job.path)
 
 
 def shard_main(jobs_file: str, out_file: str) -> None:
@@ -292,7 +292,7 @@ def test_float32_rounding_is_noted_exactly_where_it_happens(graded):
     for job in jobs:
         if "/correct/" not in job.path:
             continue
-        wanted = headers(CORPUS / job.path).get("expect-note", "").split()
+        wanted = headers(ROOT / job.path).get("expect-note", "").split()
         for run in results[job.path]:
             noted = sorted(t.split("::")[-1] for t, text in run.get("notes", {}).items()
                            if text == FLOAT32_ROUNDING_NOTE)
@@ -300,4 +300,4 @@ def test_float32_rounding_is_noted_exactly_where_it_happens(graded):
                 problems.append(f"{job.path} seed {run.get('seed')}: {run.get('status')}, notes on {noted}, "
                                 f"expected on {sorted(wanted)}")
     assert not problems, "\n".join(problems)
-    assert sum(1 for j in jobs if headers(CORPUS / j.path).get("expect-note")) >= 3
+    assert sum(1 for j in jobs if headers(ROOT / j.path).get("expect-note")) >= 3

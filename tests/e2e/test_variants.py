@@ -22,12 +22,14 @@ from unittest import mock
 
 import pytest
 import torch
-from conftest import ROOT, grade_source
+from conftest import BUILTIN, CORPORA, REFERENCES, ROOT, grade_source
 
+from lumen_ex.core import exercise_modules
 from lumen_ex.core.results import Status
-from lumen_ex.graders.attention import variants as attention_variants
-from lumen_ex.graders.kv_cache import variants as kv_variants
 from lumen_ex.graders.support import expect
+
+attention_variants = exercise_modules.load(BUILTIN["attention"].root, "mistakes")
+kv_variants = exercise_modules.load(BUILTIN["kv_cache"].root, "mistakes")
 
 SEEDS = (1234, 7, 20261129, 99)
 EXERCISES = {1: ("attention.py", attention_variants.CATALOGUE), 2: ("kv_cache.py", kv_variants.CATALOGUE)}
@@ -73,7 +75,7 @@ def recorded(exercise: int, seed: int, tmp: Path) -> list[Comparison]:
         return original(items, sizes=sizes, dtype=dtype, device=device)
 
     with mock.patch.object(expect, "tensors", recording):
-        result = grade_source(tmp, exercise, ROOT / "src/lumen_ex/reference" / EXERCISES[exercise][0], seed=seed)
+        result = grade_source(tmp, exercise, REFERENCES[CORPUS_DIRS[exercise]], seed=seed)
     assert result.status is Status.PASS, [(t.id, t.message) for t in result.tests if t.status is not Status.PASS]
     assert found, "no comparison was recorded: the suite no longer goes through expect.tensors"
     _RECORDED[key] = found
@@ -167,10 +169,8 @@ CORPUS_DIRS = {1: "attention", 2: "kv_cache"}
 
 def declared(exercise: int) -> dict[str, list[str]]:
     """misconception id -> the buggy corpus files whose first failure must name it."""
-    from conftest import CORPUS
-
     found: dict[str, list[str]] = {}
-    for path in sorted((CORPUS / CORPUS_DIRS[exercise] / "buggy").glob("*.py")):
+    for path in sorted((CORPORA[CORPUS_DIRS[exercise]] / "buggy").glob("*.py")):
         for line in path.read_text().splitlines():
             if not line.startswith("#"):
                 break
@@ -198,12 +198,11 @@ def test_corpus_proves_every_catalogue_entry(exercise):
 def test_a_named_mistake_carries_its_evidence_across_the_run(grade):
     import json
 
-    from conftest import CORPUS
     from rich.console import Console
 
     from lumen_ex.cli.render import render_result
 
-    result = grade(1, CORPUS / "attention" / "buggy" / "no_scale.py")
+    result = grade(1, CORPORA["attention"] / "buggy" / "no_scale.py")
     value_tests = [t for t in result.tests if t.diagnosis is not None and t.diagnosis.kind in ("values", "nonfinite")]
     named = [t for t in value_tests if t.diagnosis.misconception == "no-scale"]
     assert len(named) >= 8, [(t.id, t.diagnosis.misconception) for t in value_tests]
@@ -229,20 +228,19 @@ def test_a_named_mistake_carries_its_evidence_across_the_run(grade):
 
 
 def test_a_passing_run_has_no_named_mistakes(grade):
-    result = grade(2, ROOT / "src/lumen_ex/reference" / "kv_cache.py")
+    result = grade(2, REFERENCES["kv_cache"])
     assert result.status is Status.PASS and result.misconceptions == []
     assert "misconceptions" not in result.to_dict()     # optional: documents without it stay as they were
 
 
 def test_a_forbidden_call_is_named_by_its_short_name(grade):
-    from conftest import CORPUS
 
-    result = grade(1, CORPUS / "attention" / "buggy" / "forbidden_sdpa_imported_alias.py")
+    result = grade(1, CORPORA["attention"] / "buggy" / "forbidden_sdpa_imported_alias.py")
     first = result.first_failure
     assert first.diagnosis.kind == "forbidden" and first.diagnosis.misconception == "forbidden-api"
     assert first.diagnosis.summary == ("implement it yourself; calling F.scaled_dot_product_attention "
                                        "is not allowed in this exercise")
-    result = grade(1, CORPUS / "attention" / "buggy" / "forbidden_mha_instance.py")
+    result = grade(1, CORPORA["attention"] / "buggy" / "forbidden_mha_instance.py")
     assert result.first_failure.diagnosis.summary == ("implement it yourself; calling nn.MultiheadAttention "
                                                       "is not allowed in this exercise")
 

@@ -15,13 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, best_sandbox, interruptible, make_workspace
+from conftest import REFERENCES, ROOT, best_sandbox, interruptible, make_workspace
 
 from lumen_ex.core.errors import SandboxUnavailable
 from lumen_ex.learner.watch import Inotify, WatchSession
 
 LUMEN_EX = str(Path(sys.executable).parent / "lumen-ex")
-REFERENCE = (ROOT / "src/lumen_ex/reference" / "attention.py").read_text()
+REFERENCE = (REFERENCES["attention"]).read_text()
 NO_SCALE = REFERENCE.replace("/ math.sqrt(d_k)", "")
 assert NO_SCALE != REFERENCE
 

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS, requires_bwrap, tree_hash, workspace_with
+from conftest import CORPORA, CORPUS, requires_bwrap, tree_hash, workspace_with
 from corpus_headers import headers
 from docker_support import containers_of_workspace, docker_param, live_processes_with, requires_docker, wait_until
 
@@ -263,7 +263,7 @@ def test_every_attack_has_headers_and_a_plan():
 @pytest.fixture(scope="module")
 def control(tmp_path_factory) -> dict[str, Run]:
     tmp = tmp_path_factory.mktemp("control")
-    source = (CORPUS / "attention" / "correct" / "einsum_arange.py").read_text()
+    source = (CORPORA["attention"] / "correct" / "einsum_arange.py").read_text()
     return {sb: grade_attack(tmp, "control", sb, source, kind="control") for sb in ("bwrap", "none")}
 
 

@@ -383,7 +383,7 @@ def test_tag_is_version_and_content_hash(tmp_path):
 
     files = image.package_files()
     assert any(name.startswith("lumen_ex/graders/") for name in files)
-    assert any(name.startswith("lumen_ex/reference/") for name in files)
+    assert "lumen_ex/exercises/01-attention/reference.py" in files
     assert "lumen_ex/sandbox/inside/worker.py" in files and "lumen_ex/sandbox/container.py" in files
     assert not any("__pycache__" in name or name.endswith(".pyc") for name in files)
     tag = image.image_tag()
@@ -444,7 +444,6 @@ def test_cli_missing_image_exits_3(tmp_path):
 # Real runs (need the engine and the image)
 
 STUBS = Path(catalog.exercises_root())
-REFERENCES = ROOT / "src/lumen_ex/reference"
 
 
 def _grade(tmp_path, exercise: int, source, sandbox: str, seed: int = 1234) -> RunResult:
@@ -468,10 +467,10 @@ def test_reference_passes_identically_under_docker_and_bwrap(tmp_path, exercise)
     if not _has_suite(exercise):
         pytest.skip(f"exercise {exercise} has no hidden suite yet")
     ex = catalog.load().find(exercise)
-    in_docker = _grade(tmp_path / "d", exercise, REFERENCES / ex.file, "docker", seed=4242)
+    in_docker = _grade(tmp_path / "d", exercise, ex.reference_path, "docker", seed=4242)
     assert in_docker.status is Status.PASS, in_docker.message
     assert in_docker.sandbox.backend == "docker" and in_docker.sandbox.isolated
-    on_host = _grade(tmp_path / "h", exercise, REFERENCES / ex.file, best_sandbox(), seed=4242)
+    on_host = _grade(tmp_path / "h", exercise, ex.reference_path, best_sandbox(), seed=4242)
     assert on_host.status is Status.PASS, on_host.message
     assert summary(in_docker) == summary(on_host)
     docs = [r.to_dict() for r in (in_docker, on_host)]       # as documents (scores rounded alike)

@@ -7,7 +7,7 @@ calls, its work counter) is a hint that may only add a diagnosis. The proofs are
   dynamic form; what it cannot follow is refused ("cannot be verified"), files over its bounds are
   refused ("too large to check"), never skipped, and its cost is linear in the file;
 - the per-step cost of exercise 2: the step's time measured by the grader at T and 8T
-  (src/lumen_ex/graders/kv_cache/test_kv_cache.py).
+  (src/lumen_ex/exercises/02-kv-cache/suite/test_kv_cache.py).
 
 Then real attacks graded end to end under bwrap and docker: each must FAIL with a clear message.
 """

@@ -62,8 +62,9 @@ def test_wheel_is_deterministic(tmp_path):
 def test_hash_covers_what_the_container_runs():
     files = image.package_files()
     for needed in ("lumen_ex/harness/check.py", "lumen_ex/harness/container_entry.py", "lumen_ex/sandbox/inside/worker.py",
-                   "lumen_ex/sandbox/inside/wire.py", "lumen_ex/sandbox/container.py", "lumen_ex/exercises/catalog.toml",
-                   "lumen_ex/graders/pytest.ini", "lumen_ex/reference/attention.py"):
+                   "lumen_ex/sandbox/inside/wire.py", "lumen_ex/sandbox/container.py", "lumen_ex/exercises/pack.toml",
+                   "lumen_ex/graders/pytest.ini", "lumen_ex/exercises/01-attention/reference.py",
+                   "lumen_ex/exercises/01-attention/suite/test_attention.py"):
         assert needed in files, needed
     assert image.default_ref().startswith(f"{image.REPOSITORY}:{__version__}-")
 
@@ -133,7 +134,7 @@ def readable(path):   # by the worker's uid, from the modes alone (root runs thi
     return bool(st.st_mode & bits) and st.st_uid != w.pw_uid
 print(w.pw_uid, os.stat("/results").st_mode & 0o777,
       readable(site + "/lumen_ex/sandbox/inside/worker.py"), readable(site + "/lumen_ex/sandbox/inside/wire.py"),
-      readable(site + "/lumen_ex/graders"), readable(site + "/lumen_ex/reference"),
+      readable(site + "/lumen_ex/graders"), readable(site + "/lumen_ex/exercises"),
       readable(site + "/lumen_ex/harness/client.py"), readable(glob.glob(site + "/lumen_ex-*.dist-info")[0]))
 '''
 

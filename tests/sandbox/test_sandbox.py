@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import requires_bwrap
+from conftest import REFERENCES, requires_bwrap
 
 from lumen_ex.harness.client import WorkerCrashed, WorkerFailure, WorkerPool
 from lumen_ex.harness.proxy import LearnerModule
@@ -214,10 +214,10 @@ def test_filesystem_read_only_and_private(bwrap, tmp_path):
 
 @requires_bwrap
 def test_grader_files_are_invisible(bwrap):
+    import lumen_ex.exercises
     import lumen_ex.graders
-    import lumen_ex.reference
 
-    for pkg in (lumen_ex.graders, lumen_ex.reference):
+    for pkg in (lumen_ex.graders, lumen_ex.exercises):   # the suites' support, and the built-in pack
         folder = Path(pkg.__file__).parent
         listing = bwrap.listdir(str(folder))
         assert listing in ("FileNotFoundError", "[]"), listing
@@ -336,9 +336,9 @@ def test_an_interpreter_path_through_an_unmounted_folder_still_starts_workers(tm
     import subprocess
     import sys
 
-    from conftest import ROOT, workspace_with
+    from conftest import workspace_with
 
-    root = workspace_with(tmp_path, 1, ROOT / "src/lumen_ex/reference/attention.py")
+    root = workspace_with(tmp_path, 1, REFERENCES["attention"])
     detour = tmp_path / "elsewhere"
     detour.mkdir()
     python = os.path.relpath(sys.executable, detour)   # ../../..: started from detour, sys.executable keeps it

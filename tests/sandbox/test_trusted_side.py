@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import LUMEN_EX, ROOT, interruptible, requires_bwrap
+from conftest import LUMEN_EX, interruptible, requires_bwrap
 from docker_support import docker_param, needs_docker
 
 from lumen_ex.core import catalog
@@ -49,7 +49,7 @@ from lumen_ex.core.workspace import Workspace
 
 CAT = catalog.load()
 EX1 = CAT.find(1)
-REFERENCE = (ROOT / "src/lumen_ex/reference" / EX1.file).read_text()
+REFERENCE = (EX1.reference_path).read_text()
 # Modules the trusted side imports lazily, its dependencies, and Python's start-up hooks.
 SHADOWS = ("json", "csv", "zipfile", "tomllib", "shutil", "tempfile", "string", "random", "secrets",
            "textwrap", "uuid", "hashlib", "inspect", "ast", "select", "subprocess", "threading",

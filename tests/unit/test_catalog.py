@@ -1,18 +1,18 @@
-"""The catalogue is data, validated: every stub fails its hidden suite, the reference passes it."""
+"""The catalogue is data, validated: every stub fails its hidden suite, the reference passes it.
+
+(tests/unit/test_packs.py covers packs: LUMEN_EX_PATH, --exercises, clashes, and `lumen-ex dev`.)"""
 
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
 
 from lumen_ex.core import catalog
-from lumen_ex.core.errors import UnknownExercise
+from lumen_ex.core.errors import CatalogError, UnknownExercise
 from lumen_ex.core.results import Status
 
 EXERCISES = catalog.load().exercises
-REFERENCE = Path(catalog.exercises_root()).parent / "reference"
 
 
 def test_catalogue_is_valid():
@@ -20,22 +20,26 @@ def test_catalogue_is_valid():
 
 
 def test_validator_finds_real_problems(tmp_path):
-    """The validator is not vacuous: a broken copy of the exercises folder yields each problem."""
+    """The validator is not vacuous: a broken copy of the built-in pack yields each problem."""
     root = tmp_path / "exercises"
     shutil.copytree(catalog.exercises_root(), root, ignore=shutil.ignore_patterns("__pycache__"))
     (root / "01-attention" / "attention.py").write_text("def scaled_dot_product_attention(q, k, v):\n    pass\n")
     (root / "02-kv-cache" / "README.md").unlink()
+    (root / "02-kv-cache" / "notes.txt").write_text("forgotten")
     (root / "03-orphan").mkdir()
-    text = (root / "catalog.toml").read_text().replace('slug = "kv-cache"', 'slug = "Bad Slug"')
-    text = text.replace("number = 2", "number = 1")
-    (root / "catalog.toml").write_text(text)
-    problems = "\n".join(catalog.validate(catalog.load(root / "catalog.toml"), root))
+    manifest = root / "02-kv-cache" / "exercise.toml"
+    manifest.write_text(manifest.read_text().replace('slug = "kv-cache"', 'slug = "Bad Slug"'))
+    pack = catalog.read_pack(root)
+    problems = "\n".join(catalog.validate(catalog.load_pack(root)) + catalog.unlisted_folders(pack))
     assert "needs TODO markers" in problems
     assert "does not define causal_mask()" in problems
     assert "README.md is missing" in problems
-    assert "03-orphan is not listed" in problems
-    assert "used twice" in problems
-    assert "slug must be unique" in problems
+    assert "exercises/03-orphan is not listed in pack.toml" in problems
+    assert "notes.txt is not part of an exercise" in problems
+    assert "slug must match" in problems
+    manifest.write_text(manifest.read_text().replace("number = 2", "number = 1"))
+    with pytest.raises(CatalogError, match="share 1"):
+        catalog.load_pack(root)
 
 
 @pytest.mark.parametrize("key", ["1", "01", "attention", "01-attention", " Attention "])
@@ -44,13 +48,15 @@ def test_exercise_found_by_number_or_slug(key):
 
 
 def test_unknown_exercise_names_the_choices():
-    with pytest.raises(UnknownExercise, match=r"Choose one of: 1 \(attention\), 2 \(kv-cache\)"):
-        catalog.load().find("3")
+    listed = ", ".join(f"{ex.number} \\({ex.slug}\\)" for ex in EXERCISES)
+    assert listed.startswith(r"1 \(attention\), 2 \(kv-cache\)")
+    with pytest.raises(UnknownExercise, match=f"Choose one of: {listed}$"):
+        catalog.load().find("99")
 
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=[e.slug for e in EXERCISES])
 def test_stub_fails_its_hidden_suite(ex, grade):
-    result = grade(ex.number, catalog.exercises_root() / ex.dir / ex.file)
+    result = grade(ex.number, ex.stub_path)
     assert result.status is Status.FAIL
     assert result.score < result.max_score
     first = result.first_failure
@@ -60,7 +66,7 @@ def test_stub_fails_its_hidden_suite(ex, grade):
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=[e.slug for e in EXERCISES])
 def test_reference_passes_with_full_marks(ex, grade):
-    result = grade(ex.number, REFERENCE / ex.file)
+    result = grade(ex.number, ex.reference_path)
     failures = [(t.id, t.message) for t in result.tests if t.status not in (Status.PASS, Status.SKIPPED)]
     assert failures == []
     assert result.status is Status.PASS

@@ -15,12 +15,14 @@ import torch
 from rich.console import Console
 
 from lumen_ex.cli.pictures import Heatmap, heatmap_lines, shape_diagram
+from lumen_ex.core import catalog, exercise_modules
 from lumen_ex.core.results import CheckFailed, Diagnosis
 from lumen_ex.feedback.pictures import heatmap as pictures
 from lumen_ex.feedback.pictures import png
 from lumen_ex.graders.support import expect
 from lumen_ex.graders.support.expect import Expected
-from lumen_ex.reference import attention as ref
+
+ref = exercise_modules.load(catalog.load(environ={}).find(1).root, "reference")
 
 SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "result.schema.json"
 

@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 from rich.text import Text
 
+from lumen_ex.cli.options import exercises_option
 from lumen_ex.core.options import DEVICES, FORMATS, SANDBOXES
 from lumen_ex.core.untrusted import one_line
 
@@ -269,6 +270,7 @@ def exercises_of(numbers: tuple[str, ...], all_: bool):
 
 
 @click.command()
+@exercises_option
 @click.argument("submissions", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--exercise", "-e", "numbers", multiple=True, help="An exercise to grade (number or slug); repeatable.")
 @click.option("--all", "all_", is_flag=True, help="Grade every exercise of the catalogue.")

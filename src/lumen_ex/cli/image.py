@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from lumen_ex.cli.options import exercises_option
+
 
 @click.group()
 def image() -> None:
@@ -13,6 +15,7 @@ def image() -> None:
 
 
 @image.command()
+@exercises_option
 @click.option("--base", default=None, metavar="IMAGE",
               help="Base image with Python 3.11 (default: python:3.11-slim, or lumen-base:bookworm "
                    "with --local-base).")

@@ -20,6 +20,7 @@ from pathlib import Path
 import click
 
 from lumen_ex import __version__
+from lumen_ex.cli.options import exercises_option
 from lumen_ex.core.errors import LumenError
 from lumen_ex.core.options import CHECK_FORMATS, DEVICES, SANDBOXES
 from lumen_ex.core.untrusted import visible
@@ -43,15 +44,27 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 @cli.command("list")
 @workspace_option
-def list_cmd(workspace: Path | None) -> None:
-    """List the exercises, with your progress."""
-    from lumen_ex.cli.render import console, render_list
+@click.option("--format", "fmt", type=click.Choice(("rich", "json")), default="rich", show_default=True)
+@exercises_option
+def list_cmd(workspace: Path | None, fmt: str) -> None:
+    """List the exercises (of every pack in use), with your progress."""
     from lumen_ex.learner.progress import list_exercises
 
-    render_list(console(), *list_exercises(workspace))
+    ws, rows = list_exercises(workspace)
+    if fmt == "json":
+        import json
+
+        from lumen_ex.learner.progress import list_document
+
+        click.echo(json.dumps(list_document(ws, rows), indent=1))
+        return
+    from lumen_ex.cli.render import console, render_list
+
+    render_list(console(), ws, rows)
 
 
 @cli.command()
+@exercises_option
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--ci", type=click.Choice(("github",)), default=None,
               help="Also write a CI workflow that checks every exercise on each push (docs/classroom.md).")
@@ -77,6 +90,7 @@ def init(directory: Path, ci: str | None, spec: str) -> None:
 
 
 @cli.command()
+@exercises_option
 @click.argument("exercise")
 @workspace_option
 @click.option("--sandbox", type=click.Choice(SANDBOXES), default="auto", show_default=True,
@@ -107,6 +121,7 @@ def check(ctx, exercise: str, workspace: Path | None, sandbox: str, fmt: str, se
 
 
 @cli.command()
+@exercises_option
 @click.argument("exercise")
 @workspace_option
 @click.option("--sandbox", type=click.Choice(SANDBOXES), default="auto", show_default=True,
@@ -138,6 +153,7 @@ def watch(ctx, exercise: str, workspace: Path | None, sandbox: str, seed: int | 
 
 
 @cli.command()
+@exercises_option
 @click.argument("exercise")
 @workspace_option
 @click.option("--all", "show_all", is_flag=True, help="Show the hints you have seen so far (reveals no new one).")
@@ -181,6 +197,10 @@ cli.add_command(_image_group)
 from lumen_ex.cli.classroom import grade as _grade_command  # noqa: E402  `lumen-ex grade` (docs/classroom.md)
 
 cli.add_command(_grade_command)
+
+from lumen_ex.cli.dev import dev as _dev_group  # noqa: E402  `lumen-ex dev new|check` (docs/authoring.md)
+
+cli.add_command(_dev_group)
 
 
 def _never_fail_to_encode() -> None:

@@ -1,22 +1,20 @@
-"""The exercise catalogue: one versioned TOML file (src/lumen_ex/exercises/catalog.toml), loaded into types.
+"""The exercise catalogue: every exercise of every pack in use, loaded into types (core/packs.py finds them).
 
-Everything about an exercise that is policy rather than code lives there: its number and slug,
-the file the learner edits, the graded functions, the points of each test group, time and resource
-limits, forbidden APIs and hints. :func:`validate` lists every problem with a fix;
-tests/unit/test_catalog.py runs it, and also checks that every stub fails and the reference passes.
+Everything about an exercise that is policy rather than code lives in its folder's exercise.toml:
+its number and slug, the file the learner edits, the graded functions, the points of each test group,
+time and resource limits, forbidden APIs, hints and Gradescope visibility. :func:`validate` lists every
+problem with a fix; ``lumen-ex dev check`` runs it and then grades the stub, the reference and the corpus.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import tomllib
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 from lumen_ex.core.errors import CatalogError, UnknownExercise
 from lumen_ex.core.limits import Limits
+from lumen_ex.core.packs import BUILTIN_NAME, EXERCISE_FILE, Pack, builtin_root, discover, read_pack, read_toml
 
 FORMAT_VERSION = 1
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")   # Gradescope's four
@@ -35,10 +33,9 @@ class Exercise:
     number: int
     slug: str
     title: str
-    dir: str                        # the folder in the workspace, e.g. "01-attention"
+    dir: str                        # its folder in the pack and in the workspace, e.g. "01-attention"
     file: str                       # the file the learner edits, e.g. "attention.py"
     functions: tuple[str, ...]
-    suite: str                      # the hidden suite package under lumen_ex.graders
     points: dict[str, float]        # scoring group -> points, shared by the group's tests
     times: TimeLimits
     limits: Limits
@@ -46,6 +43,35 @@ class Exercise:
     hints: tuple[str, ...] = ()
     # scoring group -> Gradescope test visibility (VISIBILITIES); groups not listed are "visible"
     visibility: dict[str, str] = field(default_factory=dict)
+    root: Path = field(default_factory=Path, compare=False)   # its folder: PACK/<dir>
+    pack: str = "lumen-ex"                                      # the pack's name@version
+    builtin: bool = True
+
+    @property
+    def suite(self) -> str:
+        """The exercise's identifier in code: its slug with underscores (kv-cache -> kv_cache)."""
+        return self.slug.replace("-", "_")
+
+    @property
+    def suite_dir(self) -> Path:
+        """The hidden pytest suite (found, never imported by the harness: pytest collects it)."""
+        return self.root / "suite"
+
+    @property
+    def stub_path(self) -> Path:
+        return self.root / self.file
+
+    @property
+    def reference_path(self) -> Path:
+        return self.root / "reference.py"
+
+    @property
+    def mistakes_path(self) -> Path:
+        return self.root / "mistakes.py"
+
+    @property
+    def corpus_dir(self) -> Path:
+        return self.root / "corpus"
 
     @property
     def module(self) -> str:
@@ -79,77 +105,93 @@ class Catalog:
 
 
 def exercises_root() -> Path:
-    return Path(str(resources.files("lumen_ex.exercises")))
+    """The built-in pack's folder (WORKSPACE.md, and one folder per built-in exercise)."""
+    return builtin_root()
 
 
-# Another catalogue file instead of the installed one (a course's own copy, or a test's with a bumped
-# version): the instructor's setting, inherited by lumen-ex's own grading processes.
-CATALOG_ENV = "LUMEN_EX_CATALOG"
+def load(environ=None) -> Catalog:
+    """Every exercise of the packs in use (core/packs.py: LUMEN_EX_PATH, then the built-in pack),
+    sorted by number; numbers and slugs must be unique across them."""
+    return from_packs(discover(environ))
 
 
-def load(path: Path | None = None) -> Catalog:
-    path = path or Path(os.environ.get(CATALOG_ENV) or exercises_root() / "catalog.toml")
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise CatalogError(f"cannot read the exercise catalogue {path}: {exc}",
-                           "Reinstall lumen-ex") from None
-    if data.get("format_version") != FORMAT_VERSION:
-        raise CatalogError(f"catalogue format {data.get('format_version')!r} is not {FORMAT_VERSION}",
-                           "Upgrade lumen-ex")
-    try:
-        exercises = tuple(_exercise(entry) for entry in data.get("exercise", []))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CatalogError(f"the exercise catalogue is malformed: {exc!r}", "Run the catalogue test") from None
-    return Catalog(str(data.get("version", "")), exercises)
+def from_packs(packs: list[Pack]) -> Catalog:
+    exercises = sorted((ex for pack in packs for ex in pack_exercises(pack)), key=lambda ex: ex.number)
+    seen: dict = {}
+    for ex in exercises:
+        for key in (ex.number, ex.slug):
+            if key in seen:
+                other = seen[key]
+                raise CatalogError(f"exercise {ex.number} ({ex.slug}) of pack {ex.pack} and exercise "
+                                   f"{other.number} ({other.slug}) of pack {other.pack} share {key!r}",
+                                   "Renumber or rename one of them in its exercise.toml")
+            seen[key] = ex
+    # The built-in pack (or a course's copy of it, which takes its name) by its version alone, as
+    # results have always recorded it; every other pack as name@version.
+    main = [p for p in packs if p.name == BUILTIN_NAME]
+    version = "+".join([*(p.version for p in main), *(p.label for p in packs if p.name != BUILTIN_NAME)])
+    return Catalog(version, tuple(exercises))
 
 
-def _exercise(entry: dict) -> Exercise:
+def load_pack(root: Path) -> Catalog:
+    """One pack on its own (``lumen-ex dev check PACK``)."""
+    return from_packs([read_pack(root, builtin=Path(root).resolve() == builtin_root().resolve())])
+
+
+def pack_exercises(pack: Pack) -> list[Exercise]:
+    out = []
+    for folder in pack.folders:
+        path = pack.root / folder / EXERCISE_FILE
+        entry = read_toml(path, "exercise manifest")
+        try:
+            out.append(_exercise(entry, folder, pack))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CatalogError(f"{path} is malformed: {exc!r}", "See docs/authoring.md") from None
+    return out
+
+
+def _exercise(entry: dict, folder: str, pack: Pack) -> Exercise:
     times = entry.get("limits", {})
     return Exercise(
         number=int(entry["number"]),
         slug=str(entry["slug"]),
         title=str(entry["title"]),
-        dir=str(entry["dir"]),
+        dir=folder,
         file=str(entry["file"]),
-        functions=tuple(entry["functions"]),
-        suite=str(entry["suite"]),
+        functions=tuple(str(f) for f in entry["functions"]),
         points={str(k): float(v) for k, v in entry["points"].items()},
         times=TimeLimits(**{k: float(v) for k, v in times.items() if k in TimeLimits.__dataclass_fields__}),
         limits=Limits(**{k: int(v) for k, v in times.items() if k in Limits.__dataclass_fields__}),
         forbidden=tuple(entry.get("forbidden", ())),
         hints=tuple(entry.get("hints", ())),
         visibility={str(k): str(v) for k, v in entry.get("visibility", {}).items()},
+        root=pack.root / folder,
+        pack=pack.label,
+        builtin=pack.builtin,
     )
 
 
-def validate(catalog: Catalog, root: Path | None = None) -> list[str]:
-    """Every problem in the catalogue, each phrased with what to fix. Empty means valid."""
-    root = root or exercises_root()
+def validate(catalog: Catalog) -> list[str]:
+    """Every problem in the catalogue's manifests and files, each phrased with what to fix. Empty
+    means valid. (``lumen-ex dev check`` also grades the stub, the reference and the corpus.)"""
     problems: list[str] = []
-    seen_numbers, seen_slugs = set(), set()
     for ex in catalog.exercises:
-        where = f"exercise {ex.number} ({ex.slug})"
-        if ex.number in seen_numbers:
-            problems.append(f"{where}: number {ex.number} is used twice; renumber one")
-        if ex.slug in seen_slugs or not SLUG.match(ex.slug):
-            problems.append(f"{where}: slug must be unique and match {SLUG.pattern}")
-        seen_numbers.add(ex.number)
-        seen_slugs.add(ex.slug)
+        where = f"exercise {ex.number} ({ex.slug}, {ex.root})"
+        if not SLUG.match(ex.slug):
+            problems.append(f"{where}: slug must match {SLUG.pattern}")
         if not ex.dir.startswith(f"{ex.number:02d}-"):
-            problems.append(f"{where}: dir {ex.dir!r} should start with {ex.number:02d}-")
-        stub = root / ex.dir / ex.file
-        if not stub.is_file():
-            problems.append(f"{where}: stub {ex.path} is missing; add it under exercises/")
-        else:
-            text = stub.read_text()
-            if "TODO" not in text or "NotImplementedError" not in text:
-                problems.append(f"{where}: stub {ex.path} needs TODO markers and must raise NotImplementedError")
-            for fn in ex.functions:
-                if not re.search(rf"^def {re.escape(fn)}\(", text, re.M):
-                    problems.append(f"{where}: stub {ex.path} does not define {fn}()")
-        if not (root / ex.dir / "README.md").is_file():
-            problems.append(f"{where}: {ex.dir}/README.md is missing; every exercise needs a learner README")
+            problems.append(f"{where}: folder {ex.dir!r} should start with {ex.number:02d}-")
+        if not re.match(r"^[A-Za-z_]\w*\.py$", ex.file) or ex.file in RESERVED_FILES:
+            problems.append(f"{where}: file {ex.file!r} must be a module name ending in .py, not "
+                            f"{' or '.join(sorted(RESERVED_FILES))}")
+        problems += [f"{where}: {p}" for p in _stub_problems(ex)]
+        for name, why in (("README.md", "every exercise needs a learner README"),
+                          ("reference.py", "the reference solution the suite grades against"),
+                          ("mistakes.py", "the known mistakes (CATALOGUE), docs/authoring.md")):
+            if not (ex.root / name).is_file():
+                problems.append(f"{where}: {name} is missing: {why}")
+        if not sorted(ex.suite_dir.glob("test_*.py")):
+            problems.append(f"{where}: suite/ holds no test_*.py: write the hidden suite there")
         if not ex.functions:
             problems.append(f"{where}: list the graded functions")
         if not ex.points or any(p < 0 for p in ex.points.values()) or ex.max_score <= 0:
@@ -165,8 +207,51 @@ def validate(catalog: Catalog, root: Path | None = None) -> list[str]:
         for name in ex.forbidden:
             if not re.match(r"^[A-Za-z_][\w.]*$", name) or "." not in name:
                 problems.append(f"{where}: forbidden API {name!r} must be a dotted name like torch.nn.X")
-    listed = {ex.dir for ex in catalog.exercises}
-    for child in sorted(root.iterdir()):
-        if child.is_dir() and re.match(r"^\d\d-", child.name) and child.name not in listed:
-            problems.append(f"exercises/{child.name} is not listed in catalog.toml; add it or remove it")
+        problems += [f"{where}: {p}" for p in unlisted_files(ex)]
     return problems
+
+
+# Names an exercise's own files take: the learner's file may not be one of them.
+RESERVED_FILES = frozenset({"reference.py", "mistakes.py"})
+IGNORED = frozenset({"__pycache__", ".pytest_cache", ".DS_Store"})
+
+
+def _stub_problems(ex: Exercise) -> list[str]:
+    if not ex.stub_path.is_file():
+        return [f"the stub {ex.file} is missing: add the file learners start from"]
+    text = ex.stub_path.read_text(errors="replace")
+    problems = []
+    if "TODO" not in text or "NotImplementedError" not in text:
+        problems.append(f"the stub {ex.file} needs TODO markers and must raise NotImplementedError")
+    for fn in ex.functions:
+        if not re.search(rf"^def {re.escape(fn)}\(", text, re.M):
+            problems.append(f"the stub {ex.file} does not define {fn}()")
+    return problems
+
+
+def unlisted_files(ex: Exercise) -> list[str]:
+    """Files in the exercise folder that no part of lumen-ex reads: a forgotten file is a problem,
+    not silently shipped into the grader image (docs/authoring.md lists what belongs)."""
+    top = {EXERCISE_FILE, "README.md", ex.file, "reference.py", "mistakes.py"}
+    problems = []
+    for path in sorted(ex.root.rglob("*")):
+        rel = path.relative_to(ex.root)
+        if IGNORED & set(rel.parts) or path.is_dir():
+            continue
+        parts = rel.parts
+        ok = ((len(parts) == 1 and parts[0] in top)
+              or (len(parts) == 2 and parts[0] == "suite" and path.suffix == ".py")
+              or (len(parts) == 3 and parts[:2] in (("corpus", "correct"), ("corpus", "buggy"))
+                  and path.suffix == ".py"))
+        if not ok:
+            problems.append(f"{rel} is not part of an exercise (see docs/authoring.md): remove it or move it")
+    return problems
+
+
+def unlisted_folders(pack: Pack) -> list[str]:
+    """Entries of the pack folder that pack.toml does not list."""
+    allowed = {"pack.toml", "WORKSPACE.md", "README.md", *pack.folders}
+    if pack.builtin:
+        allowed.add("__init__.py")
+    return [f"{pack.root.name}/{child.name} is not listed in pack.toml: list it under exercises or remove it"
+            for child in sorted(pack.root.iterdir()) if child.name not in allowed | IGNORED]

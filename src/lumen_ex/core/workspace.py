@@ -49,8 +49,8 @@ class Workspace:
         shutil.copyfile(root / "WORKSPACE.md", target / "README.md")
         for ex in catalog.exercises:
             (target / ex.dir).mkdir()
-            for name in (ex.file, "README.md"):
-                shutil.copyfile(root / ex.dir / name, target / ex.dir / name)
+            for name in (ex.file, "README.md"):   # from the exercise's own pack
+                shutil.copyfile(ex.root / name, target / ex.dir / name)
         created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         (target / MARKER).write_text(
             "# This folder is a lumen-ex workspace. Run `lumen-ex check 1` anywhere inside it.\n"

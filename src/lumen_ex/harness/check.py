@@ -152,7 +152,7 @@ def _run_tests(ex, pool, learner_file: Path, *, seed: int, device: str, select: 
     from lumen_ex.harness.runner import run_suite
 
     learner = LearnerModule(pool, device, learner_file.name)
-    return run_suite(ex.suite, learner, seed=seed, device=device, select=select, lean=lean)
+    return run_suite(ex, learner, seed=seed, device=device, select=select, lean=lean)
 
 
 def score(ex, tests: list[TestResult]) -> None:
@@ -167,8 +167,8 @@ def score(ex, tests: list[TestResult]) -> None:
             t.score = t.max_score if t.status is Status.PASS else 0.0
 
 
-# The hidden tests that need a GPU are in this group (src/lumen_ex/graders/attention/test_attention.py,
-# src/lumen_ex/graders/kv_cache/test_kv_cache.py: ``@pytest.mark.group("cuda")``, 0 points).
+# The hidden tests that need a GPU are in this group (src/lumen_ex/exercises/01-attention/suite/test_attention.py,
+# src/lumen_ex/exercises/02-kv-cache/suite/test_kv_cache.py: ``@pytest.mark.group("cuda")``, 0 points).
 GPU_GROUP = "cuda"
 NO_GPU = "no GPU on the grading machine"
 

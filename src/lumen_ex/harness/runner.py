@@ -12,15 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from lumen_ex.core.catalog import Exercise
 from lumen_ex.core.results import Diagnosis, Status, TestResult
 from lumen_ex.harness.plugin import GradingPlugin
 from lumen_ex.harness.proxy import LearnerModule
 
-
-def suite_dir(suite: str) -> Path:
-    """The folder of a hidden suite: lumen_ex/graders/<suite> (found, not imported: the harness
-    sits below the suites it runs, docs/architecture.md)."""
-    return Path(__file__).resolve().parents[1] / "graders" / suite
+# pytest's configuration and root folder: lumen-ex's own, never the pack's or the learner's. The
+# suite itself is the exercise's suite/ folder (found, not imported: the harness sits below the
+# suites it runs, docs/architecture.md); outside the root folder, pytest names each test module
+# after its full path, so two packs' suites never share a module name in one process.
+GRADERS = Path(__file__).resolve().parents[1] / "graders"
 
 
 # pytest's own plugins that no hidden suite needs and that cost time on every run (the logging
@@ -32,7 +33,7 @@ LEAN_DISABLED = ("logging", "junitxml", "pastebin", "doctest", "legacypath", "se
                  "subtests")
 
 
-def run_suite(suite: str, learner: LearnerModule, *, seed: int, device: str,
+def run_suite(ex: Exercise, learner: LearnerModule, *, seed: int, device: str,
               select: str | None = None, lean: bool = False,
               plugins: tuple = ()) -> tuple[list[TestResult], list[str]]:
     """Run the suite; return its results in file order and any collection errors.
@@ -41,12 +42,12 @@ def run_suite(suite: str, learner: LearnerModule, *, seed: int, device: str,
     ``plugins``: more plugin objects for this session (lumen-ex watch uses one that holds the
     session at its run loop, collected in advance, until the learner's next save).
     """
-    plugin = GradingPlugin(learner, seed=seed, device=device)
-    here = suite_dir(suite)
+    plugin = GradingPlugin(learner, seed=seed, device=device, suite=ex.suite)
+    here = ex.suite_dir
     args = [
         str(here),
-        "-c", str(here.parent / "pytest.ini"),
-        "--rootdir", str(here.parent),
+        "-c", str(GRADERS / "pytest.ini"),
+        "--rootdir", str(GRADERS),
         "-p", "no:cacheprovider", "-p", "no:terminal", "-p", "no:stepwise",
         "--noconftest", "--import-mode=importlib",
     ]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lumen_ex import __version__
+from lumen_ex.core.packs import Pack, extra_packs
 
 REPOSITORY = "lumen-ex-grader"
 IMAGE_ENV = "LUMEN_EX_IMAGE"                # use this image reference instead of the default tag
@@ -31,10 +32,12 @@ SKIPPED_SUFFIXES = (".pyc", ".pyo")
 
 
 def package_files() -> dict[str, Path]:
-    """Every file of the installed lumen-ex package, keyed by its path in a wheel ("lumen_ex/...").
+    """Every file of the installed lumen-ex package, keyed by its path in a wheel ("lumen_ex/..."),
+    and of every exercise pack in use besides the built-in one (``pack_files``).
 
     The package is one folder (a src layout), for a normal install and an editable one alike, so
-    the image holds exactly the tree Python imports: no list of subpackages to keep.
+    the image holds exactly the tree Python imports: no list of subpackages to keep. The packs are
+    part of the content hash: an image built without a pack (or with an older copy) has another tag.
     """
     root = Path(__file__).resolve().parents[1]
     files: dict[str, Path] = {}
@@ -46,7 +49,22 @@ def package_files() -> dict[str, Path]:
             if name.startswith(".") or name.endswith(SKIPPED_SUFFIXES):
                 continue
             files[str(Path("lumen_ex") / rel / name)] = Path(folder) / name
+    for pack in extra_packs():
+        files.update(pack_files(pack))
     return dict(sorted(files.items()))
+
+
+def pack_files(pack: Pack) -> dict[str, Path]:
+    """An instructor's pack (LUMEN_EX_PATH, --exercises) as it goes into the image: under
+    lumen_ex/packs/<name>/, where the image's lumen-ex finds it (core/packs.py) and where, like the
+    rest of the package, the learner's uid cannot read it (grader.Dockerfile)."""
+    files = {}
+    for path in sorted(pack.root.rglob("*")):
+        rel = path.relative_to(pack.root)
+        if path.is_file() and not any(part.startswith(".") or part == "__pycache__" for part in rel.parts) \
+                and not path.name.endswith(SKIPPED_SUFFIXES):
+            files[str(Path("lumen_ex") / "packs" / pack.name / rel)] = path
+    return files
 
 
 def content_hash(files: dict[str, Path] | None = None) -> str:

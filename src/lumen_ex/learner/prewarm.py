@@ -137,7 +137,7 @@ class PreparedRun:
     while it waits (so nothing the main thread prints is swallowed).
     """
 
-    def __init__(self, suite: str, module_file: str, *, seed: int, device: str):
+    def __init__(self, ex, module_file: str, *, seed: int, device: str):   # ex: core.catalog.Exercise
         # lazy: imports torch (see the module docstring)
         from lumen_ex.harness.proxy import LearnerModule
 
@@ -147,16 +147,16 @@ class PreparedRun:
         self.gate = _gate_class()()
         self.outcome = None
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._main, args=(suite,), daemon=True,
+        self.thread = threading.Thread(target=self._main, args=(ex,), daemon=True,
                                        name="lumen-ex-watch-suite")
         self.thread.start()
 
-    def _main(self, suite: str) -> None:
+    def _main(self, ex) -> None:
         # lazy: imports pytest and torch
         from lumen_ex.harness.runner import run_suite
 
         try:
-            self.outcome = run_suite(suite, self.submission, seed=self.seed, device=self.device,
+            self.outcome = run_suite(ex, self.submission, seed=self.seed, device=self.device,
                                      lean=True, plugins=(self.gate,))
         except BaseException as exc:  # noqa: BLE001  handed to the main thread
             self.error = exc
@@ -295,12 +295,12 @@ class Prewarm:
                 self.dead[-1].kill()
                 self.dead.pop()
 
-    def prepare_suite(self, suite: str, module_file: str, *, seed: int, device: str) -> None:
+    def prepare_suite(self, ex, module_file: str, *, seed: int, device: str) -> None:
         """Configure and collect the next check's pytest session, unless one is ready already."""
         if self.prepared is not None or self.closed:
             return
         with deferred_interrupts():   # close() must know of every session thread to end it
-            self.prepared = PreparedRun(suite, module_file, seed=seed, device=device)
+            self.prepared = PreparedRun(ex, module_file, seed=seed, device=device)
         # Wait for it to be collected: pytest's output capture is on while it collects.
         if not self.prepared.wait_collected(60):
             prepared, self.prepared = self.prepared, None

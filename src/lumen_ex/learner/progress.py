@@ -40,6 +40,26 @@ def list_exercises(workspace: Path | None = None) -> tuple[Workspace | None, lis
     return ws, rows
 
 
+def list_document(ws: Workspace | None, rows: list[ExerciseRow]) -> dict:
+    """``lumen-ex list --format json``: the packs in use, every exercise, and progress when a
+    workspace was found (format_version 1; docs/authoring.md)."""
+    from lumen_ex.core.packs import discover
+
+    cat = catalog_mod.load()
+    by_number = {ex.number: ex for ex in cat.exercises}
+    exercises = []
+    for r in rows:
+        ex = by_number[r.number]
+        exercises.append({"number": ex.number, "slug": ex.slug, "title": ex.title, "dir": ex.dir, "file": ex.file,
+                          "path": ex.path, "functions": list(ex.functions), "points": ex.points,
+                          "max_score": ex.max_score, "pack": ex.pack, "status": r.status,
+                          "best_score": r.best_score, "checks": r.checks})
+    return {"format_version": 1, "catalog_version": cat.version,
+            "packs": [{"name": p.name, "version": p.version, "title": p.title, "root": str(p.root),
+                       "builtin": p.builtin, "exercises": list(p.folders)} for p in discover()],
+            "workspace": str(ws.root) if ws is not None else None, "exercises": exercises}
+
+
 @dataclass
 class Hint:
     exercise: catalog_mod.Exercise

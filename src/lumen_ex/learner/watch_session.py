@@ -127,7 +127,7 @@ class WatchSession:
         self.prewarm.reap()
         self.prewarm.spawn()
         if self.prepare and self.checks:   # (not before the first check: that one imports the suite the usual way)
-            self.prewarm.prepare_suite(self.ex.suite, self.file.name, seed=self.seed, device=self.spec.device)
+            self.prewarm.prepare_suite(self.ex, self.file.name, seed=self.seed, device=self.spec.device)
 
     def _take_hello(self) -> None:
         """Read the waiting worker's hello; launch another if it died while starting."""
@@ -170,7 +170,7 @@ class WatchSession:
         from lumen_ex.harness.proxy import LearnerModule
         from lumen_ex.harness.runner import run_suite
 
-        return run_suite(ex.suite, LearnerModule(pool, device, learner_file.name), seed=seed, device=device,
+        return run_suite(ex, LearnerModule(pool, device, learner_file.name), seed=seed, device=device,
                          select=select, lean=lean)
 
     # -- the harness kept warm -------------------------------------------------------------------

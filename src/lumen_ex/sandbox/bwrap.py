@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from lumen_ex.core.packs import pack_roots
 from lumen_ex.sandbox.base import (
     WORKER_ENV,
     Availability,
@@ -152,11 +153,13 @@ class _Binds:
 
 
 def _grader_dirs(mounts) -> list[str]:
-    """The installed lumen-ex package's folder (hidden suites, reference, harness), when a mount
-    would expose it: it is masked whole. One folder: the package is one tree (a src layout), so no
-    list of subpackages can forget one."""
-    package = str(package_dir())
-    return [package] if any(Path(package).is_relative_to(m) for m in mounts) else []
+    """The installed lumen-ex package's folder (hidden suites, reference, harness) and every exercise
+    pack in use outside it (an instructor's suites, references and corpora: LUMEN_EX_PATH,
+    --exercises), when a mount would expose them: each is masked whole. One folder per tree, so no
+    list of subpackages or exercise files can forget one."""
+    package = package_dir()
+    folders = [package, *(p for p in pack_roots() if not p.is_relative_to(package))]
+    return [str(f) for f in folders if any(f.is_relative_to(m) for m in mounts)]
 
 
 def _editable_hooks(mounts) -> list[str]:

@@ -6,7 +6,7 @@ Top level: ``score`` (the record's score, so Gradescope never re-adds the tests)
 (``"<exercise>.<n>"``), ``score``, ``max_score``, ``status`` (``passed`` | ``failed``), ``output``
 (the diagnosis as text), ``tags`` (the scoring group), ``visibility`` and ``extra_data`` (the test's
 id, status and diagnosis kind). A test's ``visibility`` is its scoring group's in the catalogue
-(src/lumen_ex/exercises/catalog.toml ``[exercise.visibility]``: ``visible``, ``hidden``, ``after_due_date`` or
+(each exercise's exercise.toml ``[visibility]``: ``visible``, ``hidden``, ``after_due_date`` or
 ``after_published``; ``visible`` when not listed). Gradescope hides the total score from a student
 while any test is hidden to them. A skipped test (e.g. no GPU) is marked as skipped: its name ends
 in ``(skipped)``, its tags hold ``skipped``, ``extra_data.status`` is ``skipped``, it has 0 of 0

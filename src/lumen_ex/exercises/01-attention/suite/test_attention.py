@@ -12,12 +12,10 @@ import re
 import pytest
 import torch
 
-from lumen_ex.core.results import CheckFailed
-from lumen_ex.feedback.pictures import heatmap as pictures
-from lumen_ex.graders.attention.variants import causal_variants, output_variants
-from lumen_ex.graders.support import expect, inputs
-from lumen_ex.graders.support.expect import Expected, Tolerance, fail
-from lumen_ex.reference import attention as ref
+from lumen_ex.author import CheckFailed, Expected, Tolerance, exercise, expect, fail, inputs, pictures
+
+ref = exercise(__file__).reference
+causal_variants, output_variants = exercise(__file__).mistakes.causal_variants, exercise(__file__).mistakes.output_variants
 
 SDPA = "scaled_dot_product_attention"
 EXACT = Tolerance(0.0, 0.0)

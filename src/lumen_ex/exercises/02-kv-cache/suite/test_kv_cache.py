@@ -18,13 +18,11 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from lumen_ex.core.results import CheckFailed
-from lumen_ex.graders.kv_cache.variants import K_CACHE, V_CACHE, Y_T, step_variants
-from lumen_ex.graders.support import expect, inputs
-from lumen_ex.graders.support.expect import Expected, fail
-from lumen_ex.harness.client import LearnerError, WorkerFailure
-from lumen_ex.harness.proxy import meta
-from lumen_ex.reference import kv_cache as ref
+from lumen_ex.author import CheckFailed, Expected, LearnerError, WorkerFailure, exercise, expect, fail, inputs, meta
+
+ref = exercise(__file__).reference
+mistakes = exercise(__file__).mistakes
+K_CACHE, V_CACHE, Y_T, step_variants = mistakes.K_CACHE, mistakes.V_CACHE, mistakes.Y_T, mistakes.step_variants
 
 FN = "decode_step"
 PARAMS = ("x_t", "k_cache", "v_cache", "w_q", "w_k", "w_v", "w_o", "n_heads")

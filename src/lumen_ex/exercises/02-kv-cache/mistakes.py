@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from lumen_ex.graders.support.expect import GENERIC_MISCONCEPTIONS, Variant
+from lumen_ex.author import GENERIC_MISCONCEPTIONS, Variant
 
 Y_T, K_CACHE, V_CACHE = 0, 1, 2
 

@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from lumen_ex.graders.support.expect import GENERIC_MISCONCEPTIONS, Variant
+from lumen_ex.author import GENERIC_MISCONCEPTIONS, Variant
 
 
 def _attend(q, k, v, mask=None, *, scale=None, dim=-1, how="fill"):

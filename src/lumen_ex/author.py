@@ -1,0 +1,57 @@
+"""The one module a hidden suite, a reference or a list of known mistakes imports from lumen-ex.
+
+Everything an exercise author needs, under stable names (docs/authoring.md walks through one pack):
+
+- ``exercise(__file__)``: the exercise's own files as modules: ``exercise(__file__).reference``,
+  ``.mistakes`` (the folder's reference.py and mistakes.py, imported by path, core/exercise_modules.py);
+  ``sibling(__file__, "suite/cases")`` for a helper module of the suite;
+- inputs: ``inputs`` (seeded generators, ``inputs.generator(seed)``, ``inputs.randn``; attention and
+  decoding cases);
+- expectations: ``Expected``, ``expect.tensors``, ``expect.returns``, ``expect.signature``,
+  ``expect.gradients``, ``fail`` (a structured failure: kind, summary, expected/got, hint,
+  misconception), ``Tolerance``;
+- known mistakes: ``Variant`` (a wrong answer computed in float64, named and explained),
+  ``GENERIC_MISCONCEPTIONS``;
+- pictures: ``pictures`` (the heatmap attached to a value failure);
+- the learner's code through the ``submission`` fixture (``submission.call`` returns a ``CallResult``;
+  ``meta`` describes a tensor without copying it); ``LearnerError`` and ``WorkerFailure`` are what a call
+  raises when the learner's code raises, dies, hangs or breaks the protocol.
+
+The fixtures a suite's tests take (``submission``, ``seed``, ``device``, ``cuda``) and the
+``@pytest.mark.group("name")`` marker that gives a test its scoring group come from the harness's
+pytest plugin (src/lumen_ex/harness/plugin.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+from lumen_ex.core.exercise_modules import exercise_folder, load, sibling
+from lumen_ex.core.results import CheckFailed
+from lumen_ex.feedback.pictures import heatmap as pictures
+from lumen_ex.graders.support import expect, inputs
+from lumen_ex.graders.support.expect import GENERIC_MISCONCEPTIONS, Expected, Tolerance, Variant, fail
+from lumen_ex.harness.client import LearnerError, WorkerFailure
+from lumen_ex.harness.proxy import CallResult, meta
+
+
+class Exercise:
+    """An exercise folder's Python files, as attributes: ``.reference``, ``.mistakes``, ``.folder``."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    def __getattr__(self, name: str) -> ModuleType:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return load(self.folder, name)
+
+
+def exercise(file: str | Path) -> Exercise:
+    """The exercise that ``file`` (a suite's or mistakes.py's ``__file__``) belongs to."""
+    return Exercise(exercise_folder(file))
+
+
+__all__ = ["CallResult", "CheckFailed", "Exercise", "Expected", "GENERIC_MISCONCEPTIONS", "LearnerError", "Tolerance",
+           "Variant", "WorkerFailure", "exercise", "expect", "fail", "inputs", "meta", "pictures", "sibling"]

@@ -1,0 +1,263 @@
+"""``lumen-ex dev check [PACK...]``: is this exercise pack ready to grade learners?
+
+For every exercise of every pack given (default: the built-in pack), in this order:
+
+1. the manifests: pack.toml and exercise.toml are valid, numbers and slugs unique across every pack
+   in use, no file in an exercise folder is unlisted (core/catalog.py ``validate``);
+2. the known mistakes: mistakes.py has a ``CATALOGUE`` of mistake ids; every buggy corpus file's
+   header is valid and names a mistake from it (authoring/corpus.py);
+3. grading, through the same harness, sandbox and record as ``lumen-ex grade`` (the files are laid
+   out as a class of submissions and graded by classroom/scheduler.py):
+   - the stub fails, with NotImplementedError;
+   - the reference passes with full marks under every seed of ``seeds``, every scoring group used;
+   - every corpus/correct file gets full marks; every corpus/buggy file fails, and its first failure
+     has the kind, the named mistake and the test its header declares;
+4. every mistake of the exercise's own (CATALOGUE entries beyond the generic ones every suite
+   shares) is named, by the first failure or a later one, in a buggy file that got its verdict.
+
+The report counts the corpus verdicts; ``ok`` is False at the first problem (all are listed).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lumen_ex.authoring.corpus import CorpusFile, corpus_files, header_problems
+from lumen_ex.core import catalog as catalog_mod
+from lumen_ex.core.catalog import Exercise
+from lumen_ex.core.errors import CatalogError
+from lumen_ex.core.exercise_modules import load as load_module
+from lumen_ex.core.packs import Pack, add_to_path, builtin_root, read_pack
+from lumen_ex.core.results import RunResult, Status
+from lumen_ex.graders.support.mistakes import GENERIC_MISCONCEPTIONS
+
+DEFAULT_SEEDS = (1, 2, 3)
+
+
+@dataclass
+class Problem:
+    where: str                # "01-attention", "01-attention/corpus/buggy/no_scale.py", a pack
+    what: str
+
+
+@dataclass
+class Report:
+    packs: list[Pack]
+    exercises: list[Exercise]
+    seeds: tuple[int, ...]
+    problems: list[Problem] = field(default_factory=list)
+    verdicts: Counter = field(default_factory=Counter)     # (exercise dir, what, outcome) -> files
+    named: dict[str, set[str]] = field(default_factory=dict)   # exercise dir -> mistakes demonstrated
+    graded: int = 0
+    files: list[dict] = field(default_factory=list)    # one per grading: where, what, seed, outcome, ok, got
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def add(self, where: str, what: str) -> None:
+        self.problems.append(Problem(where, what))
+
+    def to_dict(self) -> dict:
+        return {"ok": self.ok, "seeds": list(self.seeds), "graded": self.graded,
+                "packs": [{"name": p.name, "version": p.version, "root": str(p.root)} for p in self.packs],
+                "exercises": [{"number": ex.number, "slug": ex.slug, "dir": ex.dir,
+                               "corpus": {f"{what}:{outcome}": n for (d, what, outcome), n
+                                          in sorted(self.verdicts.items()) if d == ex.dir},
+                               "mistakes_named": sorted(self.named.get(ex.dir, ()))} for ex in self.exercises],
+                "files": self.files,
+                "problems": [{"where": p.where, "what": p.what} for p in self.problems]}
+
+
+def dev_check(roots: list[Path] | None = None, *, seeds: tuple[int, ...] = DEFAULT_SEEDS, sandbox: str = "auto",
+              jobs: int = 2, grade: bool = True, progress=None) -> Report:
+    """Validate the packs at ``roots`` (default: the built-in pack); see the module docstring."""
+    roots = [Path(r).resolve() for r in (roots or [builtin_root()])]
+    packs = [read_pack(r, builtin=r == builtin_root().resolve()) for r in roots]
+    add_to_path([p.root for p in packs if not p.builtin])     # the grading processes must see them too
+    report = Report(packs, [], tuple(seeds))
+    try:
+        everything = catalog_mod.load()
+    except CatalogError as exc:
+        report.add("packs", str(exc))
+        return report
+    report.exercises = [ex for ex in everything.exercises if any(ex.root.parent == p.root for p in packs)]
+    for pack in packs:
+        for problem in catalog_mod.unlisted_folders(pack):
+            report.add(pack.name, problem)
+    mine = catalog_mod.Catalog(everything.version, tuple(report.exercises))
+    for problem in catalog_mod.validate(mine):
+        report.add("manifest", problem)
+    known = {ex.dir: _catalogue(ex, report) for ex in report.exercises}
+    for ex in report.exercises:
+        for item in corpus_files(ex):
+            for problem in header_problems(item, known[ex.dir] or set()):
+                report.add(item.label, problem)
+    if grade and report.exercises and not any(p.where == "manifest" for p in report.problems):
+        _grade_all(report, sandbox=sandbox, jobs=jobs, progress=progress)
+        for ex in report.exercises:
+            own = set(known[ex.dir] or ()) - set(GENERIC_MISCONCEPTIONS)
+            for mistake in sorted(own - report.named.get(ex.dir, set())):
+                report.add(ex.dir, f"the known mistake {mistake!r} is named by no buggy corpus file: add one "
+                                   "that makes it (# expect-misconception: ...), or remove it from CATALOGUE")
+    return report
+
+
+def _catalogue(ex: Exercise, report: Report) -> set[str] | None:
+    try:
+        cat = getattr(load_module(ex.root, "mistakes"), "CATALOGUE", None)
+    except Exception as exc:  # noqa: BLE001  any error in the author's module is reported, not raised
+        report.add(ex.dir, f"mistakes.py does not import: {type(exc).__name__}: {exc}")
+        return None
+    if not isinstance(cat, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in cat.items()):
+        report.add(ex.dir, "mistakes.py needs CATALOGUE: a dict of mistake id -> the sentence a learner reads")
+        return None
+    return set(cat)
+
+
+# -- grading -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Case:
+    exercise: Exercise
+    what: str                 # "stub", "reference", "correct", "buggy"
+    path: Path
+    item: CorpusFile | None = None
+
+    @property
+    def student(self) -> str:
+        return f"{self.exercise.dir}--{self.what}--{self.path.stem}"
+
+
+def _grade_all(report: Report, *, sandbox: str, jobs: int, progress) -> None:
+    cases = []
+    for ex in report.exercises:
+        cases += [_Case(ex, "stub", ex.stub_path), _Case(ex, "reference", ex.reference_path)]
+        cases += [_Case(ex, item.kind, item.path, item) for item in corpus_files(ex)]
+    scratch = Path(tempfile.mkdtemp(prefix="lumen-ex-dev-check-"))
+    try:
+        for i, seed in enumerate(report.seeds):
+            batch = cases if i == 0 else [c for c in cases if c.what == "reference"]
+            docs = _grade_batch(scratch / f"seed-{seed}", batch, report.exercises, seed=seed, sandbox=sandbox,
+                                jobs=jobs, progress=progress)
+            report.graded += len(batch)
+            for case in batch:
+                _judge(report, case, docs.get(case.student), seed)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _grade_batch(root: Path, cases: list[_Case], exercises: list[Exercise], *, seed: int, sandbox: str, jobs: int,
+                 progress) -> dict[str, RunResult]:
+    from lumen_ex.classroom.batch_types import GradeRequest
+    from lumen_ex.classroom.scheduler import grade_class
+    from lumen_ex.classroom.store import load_document, result_path
+
+    subs = root / "submissions"
+    for case in cases:
+        folder = subs / case.student / case.exercise.dir
+        folder.mkdir(parents=True)
+        shutil.copyfile(case.path, folder / case.exercise.file)
+    used = [ex for ex in exercises if any(c.exercise is ex for c in cases)]
+    req = GradeRequest(submissions=subs, out=root / "out", exercises=used, jobs=jobs, sandbox=sandbox,
+                       unsafe=sandbox == "none", seed=seed, device="cpu")
+    grade_class(req, progress)
+    docs = {}
+    for case in cases:
+        doc = load_document(result_path(root / "out", case.student, case.exercise))
+        if doc is not None:
+            docs[case.student] = RunResult.from_dict(doc)
+    return docs
+
+
+def _judge(report: Report, case: _Case, result: RunResult | None, seed: int) -> None:
+    """Compare one grading with what the file must get; count its outcome, list any problem."""
+    before = len(report.problems)
+    outcome = _verdict(report, case, result, seed)
+    report.verdicts[(case.exercise.dir, case.what, outcome)] += 1
+    report.files.append({"exercise": case.exercise.number, "where": _where(case), "what": case.what, "seed": seed,
+                         "outcome": outcome, "ok": len(report.problems) == before,
+                         "got": _describe(result) if result is not None else None})
+
+
+def _where(case: _Case) -> str:
+    return case.item.label if case.item else f"{case.exercise.dir}/{case.path.name}"
+
+
+def _verdict(report: Report, case: _Case, result: RunResult | None, seed: int) -> str:
+    ex, where = case.exercise, _where(case)
+    if result is None:
+        report.add(where, f"no result was recorded (seed {seed})")
+        return "no result"
+    first = result.first_failure
+    line = _describe(result)
+    if case.what == "stub":
+        ok = (result.status is Status.FAIL and first is not None and first.diagnosis is not None
+              and "NotImplementedError" in (first.diagnosis.summary or first.message))
+        if not ok:
+            report.add(where, f"the stub must fail with NotImplementedError; got {line}")
+        return "fails" if result.status is Status.FAIL else result.status.value
+    if case.what in ("reference", "correct"):
+        full = result.status is Status.PASS and abs(result.score - ex.max_score) < 1e-6
+        if not full:
+            report.add(where, f"must get full marks ({ex.max_score:g}) at seed {seed}; got {line}")
+        elif case.what == "reference":
+            groups = {t.group for t in result.tests}
+            if groups != set(ex.points):
+                report.add(where, f"the suite's scoring groups {sorted(groups)} differ from exercise.toml's "
+                                  f"{sorted(ex.points)}")
+        return "full marks" if full else result.status.value
+    return _verdict_buggy(report, case, result, where, line)
+
+
+def _verdict_buggy(report: Report, case: _Case, result: RunResult, where: str, line: str) -> str:
+    ex, h, first = case.exercise, case.item.headers, result.first_failure
+    if result.status is Status.PASS:
+        report.add(where, f"FALSE PASS: {h.get('bug', 'a buggy file')} got {line}")
+        return "false pass"
+    diag = first.diagnosis if first is not None else None
+    wrong = []
+    if result.status is not Status.FAIL:
+        wrong.append(f"status {result.status.value} (a grader error or time-out, not a failure)")
+    if diag is None:
+        wrong.append("no diagnosis")
+    else:
+        if diag.kind != h.get("expect-kind"):
+            wrong.append(f"kind {diag.kind!r}, declared {h.get('expect-kind')!r}")
+        if "expect-misconception" in h and diag.misconception != h["expect-misconception"]:
+            wrong.append(f"mistake {diag.misconception!r}, declared {h['expect-misconception']!r}")
+        if "expect-misconception" in h and not diag.hint:
+            wrong.append("a named mistake must come with its sentence as the hint")
+        if "expect-test" in h and not first.id.endswith("::" + h["expect-test"]):
+            wrong.append(f"first failing test {first.id}, declared {h['expect-test']}")
+    if wrong:
+        report.add(where, "declared verdict not met: " + "; ".join(wrong) + f" ({line})")
+        return "wrong diagnosis"
+    # A mistake is demonstrated when a buggy file that got its declared verdict has it named, by its
+    # first failure or by a later test (a property check behind a value check that fails first).
+    named = {t.diagnosis.misconception for t in result.tests
+             if t.status is Status.FAIL and t.diagnosis is not None and t.diagnosis.misconception}
+    report.named.setdefault(ex.dir, set()).update(named)
+    return "fails as declared"
+
+
+def _describe(result: RunResult) -> str:
+    first = result.first_failure
+    text = f"{result.status.value} {result.score:g}/{result.max_score:g}"
+    if first is not None:
+        d = first.diagnosis
+        text += f", first failure {first.id}" + (f" [{d.kind}/{d.misconception}] {d.summary[:120]}" if d else "")
+    return text
+
+
+def render_json(report: Report) -> str:
+    return json.dumps(report.to_dict(), indent=1)
+
+
+

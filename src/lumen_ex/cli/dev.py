@@ -1,0 +1,79 @@
+"""``lumen-ex dev``: tools for exercise authors (src/lumen_ex/authoring, docs/authoring.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.text import Text
+
+from lumen_ex.cli.options import exercises_option
+from lumen_ex.core.options import SANDBOXES
+from lumen_ex.core.untrusted import one_line
+
+
+@click.group()
+def dev() -> None:
+    """Write and validate exercise packs."""
+
+
+@dev.command("new")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--slug", required=True, help="The exercise's short name: lowercase letters, digits, dashes.")
+@click.option("--title", required=True, help="The exercise's title, one line.")
+@click.option("--number", type=int, default=101, show_default=True,
+              help="Its number (unique across the packs in use; course packs start at 101).")
+@click.option("--name", default=None, help="The pack's name (default: from DIRECTORY).")
+def new(directory: Path, slug: str, title: str, number: int, name: str | None) -> None:
+    """Create a pack in DIRECTORY with one exercise that `lumen-ex dev check` accepts."""
+    from lumen_ex.authoring.scaffold import new_pack
+
+    folder = new_pack(directory, slug=slug, title=title, number=number, name=name)
+    click.echo(one_line(f"Created the pack {directory} with exercise {number} ({slug}) in {folder}"))
+    click.echo(f"Next:\n  lumen-ex dev check {one_line(directory)}\n"
+               f"  export LUMEN_EX_PATH={one_line(Path(directory).resolve())}   # then init, list, check, grade see it")
+
+
+@dev.command("check")
+@click.argument("packs", nargs=-1, type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--seeds", default="1,2,3", show_default=True, help="Seeds the reference must pass under.")
+@click.option("--sandbox", type=click.Choice(SANDBOXES), default="auto", show_default=True)
+@click.option("--jobs", "-j", type=int, default=2, show_default=True, help="Gradings at once.")
+@click.option("--no-grade", is_flag=True, help="Only validate the manifests, files and headers.")
+@click.option("--format", "fmt", type=click.Choice(("rich", "json")), default="rich", show_default=True)
+@exercises_option
+@click.pass_context
+def check(ctx, packs: tuple[Path, ...], seeds: str, sandbox: str, jobs: int, no_grade: bool, fmt: str) -> None:
+    """Validate exercise packs (default: the built-in one): manifests, stub, reference, mistakes, corpus."""
+    from lumen_ex.authoring.devcheck import dev_check, render_json
+    from lumen_ex.core.errors import UsageError
+
+    try:
+        seed_list = tuple(int(s) for s in seeds.split(",") if s.strip())
+    except ValueError:
+        raise UsageError(f"--seeds {seeds!r} is not a list of integers", "For example --seeds 1,2,3") from None
+    if not seed_list:
+        raise UsageError("--seeds names no seed", "For example --seeds 1,2,3")
+    report = dev_check(list(packs) or None, seeds=seed_list, sandbox=sandbox, jobs=jobs, grade=not no_grade)
+    if fmt == "json":
+        click.echo(render_json(report))
+    else:
+        render_report(report)
+    ctx.exit(0 if report.ok else 1)
+
+
+def render_report(report) -> None:
+    from lumen_ex.cli.render import console
+
+    con = console()
+    for pack in report.packs:
+        con.print(Text(one_line(f"pack {pack.name} {pack.version} · {pack.root}")), soft_wrap=True)
+    for ex in report.exercises:
+        counts = ", ".join(f"{what} {outcome}: {n}" for (d, what, outcome), n in sorted(report.verdicts.items())
+                           if d == ex.dir)
+        con.print(Text(one_line(f"  {ex.number} {ex.slug}: {counts or 'not graded'}")), soft_wrap=True)
+    for p in report.problems:
+        con.print(Text(one_line(f"✗ {p.where}: {p.what}"), style="red"), soft_wrap=True)
+    verdict = "ok" if report.ok else f"{len(report.problems)} problem(s)"
+    con.print(Text(f"dev check: {verdict} · {len(report.exercises)} exercise(s), {report.graded} gradings, "
+                   f"seeds {', '.join(map(str, report.seeds))}", style="green" if report.ok else "red"))

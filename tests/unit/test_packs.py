@@ -1,0 +1,167 @@
+"""Exercise packs without grading: discovery (LUMEN_EX_PATH, --exercises, the image's installed
+packs), clashes, a course's copy replacing the built-in pack, the exercise modules loaded by path,
+`lumen-ex dev new` and `dev check --no-grade`, and `lumen-ex list --format json`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import LUMEN_EX, pack_copy
+
+from lumen_ex.authoring.scaffold import new_pack
+from lumen_ex.core import catalog, exercise_modules, packs
+from lumen_ex.core.errors import CatalogError, UsageError
+
+BUILTIN = catalog.load(environ={})
+
+
+def env_with(path) -> dict:
+    return {"LUMEN_EX_PATH": str(path)}
+
+
+def test_the_builtin_pack_alone_without_a_path():
+    assert [p.name for p in packs.discover({})] == ["lumen-ex"]
+    assert all(ex.builtin and ex.pack.startswith("lumen-ex@") for ex in BUILTIN.exercises)
+    assert catalog.validate(BUILTIN) == []
+    assert catalog.unlisted_folders(packs.discover({})[0]) == []
+
+
+def test_a_pack_on_the_path_adds_its_exercises(tmp_path):
+    new_pack(tmp_path / "course", slug="softmax", title="Softmax", name="course")
+    cat = catalog.load(env_with(tmp_path / "course"))
+    assert [ex.number for ex in cat.exercises] == [*(ex.number for ex in BUILTIN.exercises), 101]
+    ex = cat.find("softmax")
+    assert ex.number == 101
+    assert ex.pack == "course@0.1.0" and not ex.builtin and ex.root == (tmp_path / "course" / "101-softmax").resolve()
+    assert cat.version == f"{BUILTIN.version}+course@0.1.0"
+    assert catalog.validate(cat) == []
+
+
+def test_numbers_and_slugs_must_be_unique_across_packs(tmp_path):
+    new_pack(tmp_path / "a", slug="attention", title="Clash", number=50, name="a")
+    with pytest.raises(CatalogError, match=r"share 'attention'"):
+        catalog.load(env_with(tmp_path / "a"))
+    new_pack(tmp_path / "b", slug="other", title="Clash", number=1, name="b")
+    with pytest.raises(CatalogError, match=r"share 1"):
+        catalog.load(env_with(tmp_path / "b"))
+
+
+def test_a_copy_named_like_the_builtin_pack_replaces_it(tmp_path):
+    copy = pack_copy(tmp_path, version="2099.1.1")
+    cat = catalog.load(env_with(copy))
+    assert cat.version == "2099.1.1"
+    assert all(ex.root.is_relative_to(copy.resolve()) for ex in cat.exercises)
+
+
+def test_the_first_of_two_packs_with_one_name_wins(tmp_path):
+    new_pack(tmp_path / "one", slug="first", title="First", name="same")
+    new_pack(tmp_path / "two", slug="second", title="Second", number=102, name="same")
+    cat = catalog.load({"LUMEN_EX_PATH": os.pathsep.join([str(tmp_path / "one"), str(tmp_path / "two")])})
+    assert cat.find(101).slug == "first"
+    with pytest.raises(UsageError):
+        cat.find("second")
+
+
+def test_a_path_entry_that_is_not_a_pack_is_one_clear_error(tmp_path):
+    with pytest.raises(CatalogError, match="not a folder"):
+        catalog.load(env_with(tmp_path / "missing"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CatalogError, match="pack.toml is missing"):
+        catalog.load(env_with(tmp_path / "empty"))
+    (tmp_path / "big").mkdir()
+    (tmp_path / "big" / "pack.toml").write_text("x = 1\n" * 100_000)
+    with pytest.raises(CatalogError, match="KiB"):
+        catalog.load(env_with(tmp_path / "big"))
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "pack.toml").write_text('format_version = 1\nname = "Bad Name"\nversion = "1"\nexercises = []\n')
+    with pytest.raises(CatalogError, match="needs a name"):
+        catalog.load(env_with(tmp_path / "bad"))
+
+
+def test_packs_installed_in_the_package_are_found(tmp_path, monkeypatch):
+    new_pack(tmp_path / "installed" / "course", slug="softmax", title="Softmax", name="course")
+    monkeypatch.setattr(packs, "installed_root", lambda: tmp_path / "installed")
+    assert catalog.load({}).find(101).pack == "course@0.1.0"
+    assert packs.extra_packs({}) == []          # already in the image: not added again
+
+
+def test_image_files_include_the_packs_in_use(tmp_path, monkeypatch):
+    from lumen_ex.image import tag
+
+    new_pack(tmp_path / "course", slug="softmax", title="Softmax", name="course")
+    monkeypatch.delenv("LUMEN_EX_PATH", raising=False)
+    without = tag.package_files()
+    monkeypatch.setenv("LUMEN_EX_PATH", str(tmp_path / "course"))
+    with_pack = tag.package_files()
+    added = set(with_pack) - set(without)
+    assert "lumen_ex/packs/course/101-softmax/suite/test_softmax.py" in added
+    assert "lumen_ex/packs/course/pack.toml" in added
+    assert tag.content_hash(with_pack) != tag.content_hash(without)
+
+
+def test_exercise_modules_of_two_packs_never_share_a_name(tmp_path):
+    new_pack(tmp_path / "a", slug="softmax", title="A", name="a")
+    new_pack(tmp_path / "b", slug="softmax", title="B", name="b")
+    ref_a = exercise_modules.load(tmp_path / "a" / "101-softmax", "reference")
+    ref_b = exercise_modules.load(tmp_path / "b" / "101-softmax", "reference")
+    assert ref_a is not ref_b and ref_a.__name__ != ref_b.__name__
+    assert sys.modules[ref_a.__name__] is ref_a
+    assert exercise_modules.load(tmp_path / "a" / "101-softmax", "reference") is ref_a
+    suite = tmp_path / "a" / "101-softmax" / "suite" / "test_softmax.py"
+    assert exercise_modules.exercise_folder(suite) == (tmp_path / "a" / "101-softmax").resolve()
+    assert exercise_modules.sibling(suite, "mistakes").CATALOGUE["softmax-wrong-axis"]
+    with pytest.raises(ValueError):
+        exercise_modules.load(tmp_path / "a" / "101-softmax", "../reference")
+    with pytest.raises(CatalogError):
+        exercise_modules.exercise_folder(tmp_path)
+
+
+def test_dev_new_refuses_what_it_cannot_write(tmp_path):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    with pytest.raises(UsageError, match="not empty"):
+        new_pack(tmp_path / "full", slug="a", title="A")
+    with pytest.raises(UsageError, match="--slug"):
+        new_pack(tmp_path / "p", slug="Bad Slug", title="A")
+    with pytest.raises(UsageError, match="--title"):
+        new_pack(tmp_path / "p", slug="a", title='say "hi"')
+
+
+def test_dev_check_without_grading_finds_each_problem(tmp_path):
+    folder = new_pack(tmp_path / "course", slug="softmax", title="Softmax", name="course")
+    ok = subprocess.run([LUMEN_EX, "dev", "check", str(tmp_path / "course"), "--no-grade", "--format", "json"],
+                        capture_output=True, text=True, timeout=120, cwd="/")
+    assert ok.returncode == 0 and json.loads(ok.stdout)["ok"] is True, ok.stdout + ok.stderr
+    (folder / "notes.txt").write_text("forgotten")
+    (tmp_path / "course" / "102-orphan").mkdir()
+    (folder / "corpus" / "buggy" / "no_header.py").write_text("def softmax(x):\n    return x\n")
+    buggy = folder / "corpus" / "buggy" / "wrong_axis.py"
+    buggy.write_text(buggy.read_text().replace("softmax-wrong-axis", "not-a-known-mistake"))
+    (folder / "mistakes.py").write_text((folder / "mistakes.py").read_text().replace("CATALOGUE = {", "CATALOG = {"))
+    bad = subprocess.run([LUMEN_EX, "dev", "check", str(tmp_path / "course"), "--no-grade", "--format", "json"],
+                         capture_output=True, text=True, timeout=120, cwd="/")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    problems = "\n".join(p["what"] for p in json.loads(bad.stdout)["problems"])
+    assert "notes.txt is not part of an exercise" in problems
+    assert "102-orphan is not listed in pack.toml" in problems
+    assert "mistakes.py needs CATALOGUE" in problems
+    assert "add a '# bug: <what is wrong>' header line" in problems
+    assert "'# expect-kind:' must be one of" in problems
+
+
+def test_list_json_names_the_packs_and_exercises(tmp_path):
+    new_pack(tmp_path / "course", slug="softmax", title="Softmax", name="course")
+    proc = subprocess.run([LUMEN_EX, "list", "--format", "json", "--exercises", str(tmp_path / "course")],
+                          capture_output=True, text=True, timeout=120, cwd="/")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["format_version"] == 1 and doc["workspace"] is None
+    assert [p["name"] for p in doc["packs"]] == ["course", "lumen-ex"]
+    ex = {e["number"]: e for e in doc["exercises"]}
+    assert ex[101]["slug"] == "softmax" and ex[101]["pack"] == "course@0.1.0" and ex[101]["max_score"] == 5
+    assert ex[101]["path"] == "101-softmax/softmax.py" and ex[101]["status"] == "not checked"
+    assert ex[1]["slug"] == "attention" and ex[1]["pack"].startswith("lumen-ex@")
