@@ -11,7 +11,8 @@ Everything an exercise author needs, under stable names (docs/authoring.md walks
   ``expect.gradients``, ``fail`` (a structured failure: kind, summary, expected/got, hint,
   misconception), ``Tolerance``;
 - known mistakes: ``Variant`` (a wrong answer computed in float64, named and explained),
-  ``GENERIC_MISCONCEPTIONS``;
+  ``GENERIC_MISCONCEPTIONS``, ``MATCH_TOLERANCE_FLOAT64`` (how close a float64 answer must be to a
+  variant to be named as it), ``TOLERANCES`` (per dtype);
 - pictures: ``pictures`` (the heatmap attached to a value failure);
 - the learner's code through the ``submission`` fixture (``submission.call`` returns a ``CallResult``;
   ``meta`` describes a tensor without copying it); ``LearnerError`` and ``WorkerFailure`` are what a call
@@ -31,7 +32,15 @@ from lumen_ex.core.exercise_modules import exercise_folder, load, sibling
 from lumen_ex.core.results import CheckFailed
 from lumen_ex.feedback.pictures import heatmap as pictures
 from lumen_ex.graders.support import expect, inputs
-from lumen_ex.graders.support.expect import GENERIC_MISCONCEPTIONS, Expected, Tolerance, Variant, fail
+from lumen_ex.graders.support.expect import (
+    GENERIC_MISCONCEPTIONS,
+    MATCH_TOLERANCE_FLOAT64,
+    TOLERANCES,
+    Expected,
+    Tolerance,
+    Variant,
+    fail,
+)
 from lumen_ex.harness.client import LearnerError, WorkerFailure
 from lumen_ex.harness.proxy import CallResult, meta
 
@@ -48,10 +57,18 @@ class Exercise:
         return load(self.folder, name)
 
 
-def exercise(file: str | Path) -> Exercise:
-    """The exercise that ``file`` (a suite's or mistakes.py's ``__file__``) belongs to."""
-    return Exercise(exercise_folder(file))
+def exercise(file: str | Path, other: str | None = None) -> Exercise:
+    """The exercise that ``file`` (a suite's or mistakes.py's ``__file__``) belongs to; with ``other``
+    (a folder name such as ``"02-kv-cache"``), that exercise of the same pack instead (exercise 3's
+    suite continues exercise 2's decode_step with its reference)."""
+    folder = exercise_folder(file)
+    if other is not None:
+        if not other or "/" in other or other.startswith("."):
+            raise ValueError(f"not an exercise folder name: {other!r}")
+        folder = exercise_folder(folder.parent / other / "exercise.toml")
+    return Exercise(folder)
 
 
-__all__ = ["CallResult", "CheckFailed", "Exercise", "Expected", "GENERIC_MISCONCEPTIONS", "LearnerError", "Tolerance",
-           "Variant", "WorkerFailure", "exercise", "expect", "fail", "inputs", "meta", "pictures", "sibling"]
+__all__ = ["CallResult", "CheckFailed", "Exercise", "Expected", "GENERIC_MISCONCEPTIONS", "LearnerError",
+           "MATCH_TOLERANCE_FLOAT64", "TOLERANCES", "Tolerance", "Variant", "WorkerFailure", "exercise", "expect", "fail",
+           "inputs", "meta", "pictures", "sibling"]

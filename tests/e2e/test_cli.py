@@ -19,7 +19,7 @@ import pytest
 from lumen_ex.core import catalog
 
 GOLDEN = Path(__file__).parents[1] / "golden"
-REFERENCE = Path(catalog.exercises_root()).parent / "reference"
+REFERENCE_1 = catalog.load(environ={}).find(1).reference_path
 from conftest import LUMEN_EX  # noqa: E402,F401 (shared with other test files)
 
 BUGGY_NO_SCALE = '''
@@ -90,7 +90,7 @@ def test_init_creates_the_workspace(tmp_path):
 
 
 @pytest.mark.parametrize("case,source,code", [
-    ("check-pass", REFERENCE / "attention.py", 0),
+    ("check-pass", REFERENCE_1, 0),
     ("check-no-scale", BUGGY_NO_SCALE, 1),
     ("check-shape", BUGGY_SHAPE, 1),
     ("check-stub", None, 1),
@@ -116,7 +116,7 @@ def test_shape_failure_names_the_axes(workspace):
 def test_json_matches_the_schema(workspace):
     jsonschema = pytest.importorskip("jsonschema")
     schema = json.loads((Path(__file__).parents[2] / "docs" / "result.schema.json").read_text())
-    for source in (REFERENCE / "attention.py", BUGGY_NO_SCALE, SYNTAX_ERROR):
+    for source in (REFERENCE_1, BUGGY_NO_SCALE, SYNTAX_ERROR):
         put(workspace, source)
         proc = run(["check", "1", "--sandbox", "none", "--format", "json", "--seed", "11"], workspace)
         doc = json.loads(proc.stdout)
@@ -135,7 +135,7 @@ def test_same_seed_same_record(workspace):
 
 
 def test_list_shows_progress(workspace):
-    put(workspace, REFERENCE / "attention.py")
+    put(workspace, REFERENCE_1)
     assert run(["check", "1", "--sandbox", "none", "--seed", "1"], workspace).returncode == 0
     proc = run(["list"], workspace)
     assert proc.returncode == 0

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import sys
 import textwrap
 import time
 import uuid
@@ -210,6 +212,36 @@ def test_filesystem_read_only_and_private(bwrap, tmp_path):
     assert bwrap.try_write(f"/tmp/{marker}") == "written"
     assert not (Path("/tmp") / marker).exists()         # the sandbox's /tmp is its own tmpfs
     assert (tmp_path / "ws" / "probe" / "other.txt").read_text() == "learner file"
+
+
+@requires_bwrap
+def test_a_pack_under_a_mounted_folder_is_invisible(tmp_path, monkeypatch):
+    """An instructor's pack (LUMEN_EX_PATH) inside a folder the sandbox mounts for the interpreter
+    (the Python environment's prefix): its reference, suite and corpus are masked. The control, the
+    unisolated mode, reads them: the attack is real."""
+    from lumen_ex.authoring.scaffold import new_pack
+
+    root = Path(sys.prefix) / f"lumen-ex-test-pack-{os.getpid()}"
+    try:
+        new_pack(root, slug="softmax", title="Softmax", name="mounted")
+        monkeypatch.setenv("LUMEN_EX_PATH", str(root))
+        targets = [root / "pack.toml", root / "101-softmax" / "reference.py",
+                   root / "101-softmax" / "suite" / "test_softmax.py", root / "101-softmax" / "mistakes.py",
+                   root / "101-softmax" / "corpus" / "buggy" / "wrong_axis.py"]
+        for launcher in (BwrapLauncher(), UnisolatedLauncher()):
+            sub = pool_for(tmp_path / launcher.name, launcher)
+            try:
+                reads = [sub.try_read(str(t)) for t in targets]
+                listing = sub.listdir(str(root))
+            finally:
+                sub.pool.close()
+            if launcher.name == "bwrap":
+                assert all(r.startswith(("FileNotFound", "Permission")) for r in reads), reads
+                assert listing in ("FileNotFoundError", "[]"), listing
+            else:
+                assert all(r.startswith("read ") for r in reads), reads
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @requires_bwrap

@@ -30,6 +30,11 @@ from rich.text import Text
 
 from lumen_ex.core.untrusted import one_line
 
+# What a picture's rows and columns are (the payload's "rows" and "cols", docs/result-schema.md): the
+# caption's word, a row label's prefix and one of them, by name. Exercise 4 (RoPE) draws tokens x pairs.
+ROWS = {"queries": ("queries", "q", "query"), "tokens": ("tokens", "t", "token")}
+COLS = {"keys": ("keys", "key"), "pairs": ("pairs", "pair")}
+VALUES = {"angles": "angle, radians"}     # what the shades measure, by kind (otherwise: weight)
 SHADES = ("░░", "▒▒", "▓▓", "██")
 ZERO, UNKNOWN, ON = " ·", " ?", " ■"
 LABEL_W, SEP = 6, "   "
@@ -104,13 +109,15 @@ def heatmap_lines(p: dict, width: int = 96) -> list[Text]:
     titles = ("expected", "yours", "difference")
     widths = [max(2 * len(cols), len(t)) for t in titles]
     title = one_line(p.get("title") or p.get("what", "weights"))        # from the record: shown, never run
-    out = [Text.assemble("  ", (title, "bold"), ": rows = queries, columns = keys")]
+    row_word, row_mark, _ = ROWS.get(p.get("rows"), ROWS["queries"])
+    col_word = COLS.get(p.get("cols"), COLS["keys"])[0]
+    out = [Text.assemble("  ", (title, "bold"), f": rows = {row_word}, columns = {col_word}")]
     out.append(Text((" " * LABEL_W + SEP.join(t.ljust(w) for t, w in zip(titles, widths))).rstrip()))
     every = 2 if c0 + cols.stop - 1 >= 10 else 1          # two-digit keys: label every other one
     numbers = "".join(f"{c0 + j:>2}" if (c0 + j) % every == 0 else "  " for j in cols)
     out.append(Text((" " * LABEL_W + SEP.join(numbers.ljust(w) for w in widths)).rstrip()))
     for i in range(n_rows):
-        line = Text(f"q{r0 + i}".rjust(LABEL_W - 2).ljust(LABEL_W))
+        line = Text(f"{row_mark}{r0 + i}".rjust(LABEL_W - 2).ljust(LABEL_W))
         for n in range(3):
             if n:
                 line.append(SEP)
@@ -138,7 +145,8 @@ def _legend(p: dict, is_mask: bool, vmax: float) -> list[Text]:
         return [Text("  ■ True (may attend)   · False (masked)"),
                 Text.assemble("  ", ("+", STYLE["more"]), " yours True, expected False   ",
                               ("-", STYLE["less"]), " yours False, expected True")]
-    first = ["  · exactly 0   ", ("░▒▓█", STYLE["shade"]), f" small to large weight (█ = {vmax:.3g})"]
+    value = VALUES.get(p.get("kind"), "weight")
+    first = ["  · exactly 0   ", ("░▒▓█", STYLE["shade"]), f" small to large {value} (█ = {vmax:.3g})"]
     if any(v is None for row in p["got"] for v in row):
         first += ["   ", ("?", STYLE["nan"]), " NaN/inf"]
     return [Text.assemble(*first),
@@ -151,7 +159,8 @@ def _shown(p: dict, n_rows: int, r0: int, c0: int, cols: range) -> str:
     first, last = c0 + cols.start, c0 + cols.stop - 1
     if n_rows == L_q and first == 0 and last == L_k - 1:
         return ""
-    return (f"  showing queries {r0}-{r0 + n_rows - 1} and keys {first}-{last} of {L_q} x {L_k}, "
+    row_word, col_word = ROWS.get(p.get("rows"), ROWS["queries"])[0], COLS.get(p.get("cols"), COLS["keys"])[0]
+    return (f"  showing {row_word} {r0}-{r0 + n_rows - 1} and {col_word} {first}-{last} of {L_q} x {L_k}, "
             f"around the largest difference")
 
 
@@ -167,7 +176,8 @@ def _worst_line(p: dict, is_mask: bool) -> str:
     fmt = (lambda v: "True" if v else "False") if is_mask else (lambda v: "NaN/inf" if v is None else f"{v:.3g}")
     n, shape = p.get("mismatched"), p.get("shape") or []
     many = f" ({n} of {shape[0] * shape[1]} cells differ)" if n and len(shape) == 2 else ""
-    return f"  largest difference: query {worst[0]}, key {worst[1]}, expected {fmt(e)}, yours {fmt(g)}{many}"
+    row, col = ROWS.get(p.get("rows"), ROWS["queries"])[2], COLS.get(p.get("cols"), COLS["keys"])[1]
+    return f"  largest difference: {row} {worst[0]}, {col} {worst[1]}, expected {fmt(e)}, yours {fmt(g)}{many}"
 
 
 # -------------------------------------------------------------------------------------------------

@@ -46,7 +46,10 @@ class Workspace:
                              "Choose a new folder name, or empty it first")
         root = exercises_root()
         target.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(root / "WORKSPACE.md", target / "README.md")
+        listing = "\n".join(f"{line:<29} {what}" for ex in catalog.exercises
+                            for line, what in ((f"{ex.dir}/README.md", f"exercise {ex.number}: {ex.title}"),
+                                               (ex.path, "... the file you edit")))
+        (target / "README.md").write_text((root / "WORKSPACE.md").read_text().replace("@EXERCISES@", listing))
         for ex in catalog.exercises:
             (target / ex.dir).mkdir()
             for name in (ex.file, "README.md"):   # from the exercise's own pack

@@ -5,7 +5,9 @@ JSON-able payload for ``Diagnosis.details["heatmap"]``: ONE (L_q, L_k) slice (th
 holding the largest error), values rounded to 3 significant digits, at most 16 x 16 cells (cropped
 around the worst cell when larger, and saying so), which cells differ under the check's tolerance,
 and the same picture as a PNG (src/lumen_ex/feedback/pictures/png.py), base64-embedded. docs/result-schema.md documents
-the payload; src/lumen_ex/cli/pictures.py draws it in the terminal.
+the payload; src/lumen_ex/cli/pictures.py draws it in the terminal. Exercise 4 (RoPE) draws the same
+picture of the rotation angle of each (token, pair) instead (``rows="tokens", cols="pairs",
+kind="angles"``, with the differing pairs given as ``wrong``).
 
 Hooks: expect.tensors() calls :func:`illustrate` when a values/NaN check fails (the failing tensor
 if it is weights or a bool mask, else a sibling weights tensor that is wrong too: a mask bug makes
@@ -34,9 +36,16 @@ def wants(axes: Sequence[str], value: torch.Tensor) -> bool:
 
 
 def heatmap(got: torch.Tensor, expected: torch.Tensor, *, what: str, axes: Sequence[str],
-            atol: float = 1e-5, rtol: float = 1e-5) -> dict | None:
+            atol: float = 1e-5, rtol: float = 1e-5, wrong: torch.Tensor | None = None,
+            rows: str = "queries", cols: str = "keys", kind: str | None = None) -> dict | None:
     """The payload for one (L_q, L_k) slice of ``got`` against ``expected``; None when the shapes
-    differ, the tensors are not matrices, or no cell differs."""
+    differ, the tensors are not matrices, or no cell differs.
+
+    ``wrong`` (bool, the shape of ``got``): which cells differ, when the check that failed decides it
+    rather than atol/rtol on the values drawn (exercise 4 draws the rotation angle of each pair and
+    marks the pairs whose values failed). ``rows``, ``cols``, ``kind``: what the picture shows, for
+    the views (docs/result-schema.md): queries x keys of weights or a mask by default, tokens x
+    pairs of "angles" for exercise 4."""
     if not isinstance(got, torch.Tensor) or got.dim() < 2 or tuple(got.shape) != tuple(expected.shape):
         return None
     is_mask = got.dtype == torch.bool or expected.dtype == torch.bool
@@ -45,19 +54,25 @@ def heatmap(got: torch.Tensor, expected: torch.Tensor, *, what: str, axes: Seque
     finite = torch.isfinite(g)
     err = torch.where(finite, (g - e).abs(), torch.full_like(g, math.inf))
     err = torch.where(torch.isfinite(e), err, torch.zeros_like(err))
-    wrong = (err > atol + rtol * e.abs()) | (~finite & torch.isfinite(e))
+    differs = (err > atol + rtol * e.abs()) | (~finite & torch.isfinite(e))
+    if wrong is not None:
+        if tuple(wrong.shape) != tuple(g.shape):
+            return None
+        differs = wrong.detach().to("cpu", torch.bool) | (~finite & torch.isfinite(e))
+    wrong = differs
     if not bool(wrong.any()):
         return None
     # the leading-axes slice with the largest error (NaN/inf count as the largest)
     lead = tuple(g.shape[:-2])
-    score = torch.where(wrong, err, torch.zeros_like(err)).reshape(-1, *g.shape[-2:])
+    # (a differing cell scores above 0 even when the values drawn agree: ``wrong`` decided it)
+    score = torch.where(wrong, err.clamp_min(1e-300), torch.zeros_like(err)).reshape(-1, *g.shape[-2:])
     worst_flat = int(torch.argmax(score.amax(dim=(-2, -1))))
     slice_index = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst_flat), lead)) if lead else ()
     gs, es, ws, errs = g[slice_index], e[slice_index], wrong[slice_index], score[worst_flat]
     L_q, L_k = gs.shape
     r, c = (int(i) for i in torch.unravel_index(torch.argmax(errs), errs.shape))
     r0, c0 = _window(r, L_q), _window(c, L_k)
-    rows, cols = slice(r0, r0 + MAX_CELLS), slice(c0, c0 + MAX_CELLS)
+    row_win, col_win = slice(r0, r0 + MAX_CELLS), slice(c0, c0 + MAX_CELLS)
     lead_axes = list(axes[:-2]) if len(axes) == g.dim() else [f"dim{i}" for i in range(len(lead))]
     index = {name: i for name, i in zip(lead_axes, slice_index)}
     where = f" [{', '.join(f'{k}={v}' for k, v in index.items())}]" if index else ""
@@ -65,17 +80,17 @@ def heatmap(got: torch.Tensor, expected: torch.Tensor, *, what: str, axes: Seque
     payload = {
         "title": f"{what}{where}",
         "what": what,
-        "kind": "mask" if is_mask else "weights",
-        "rows": "queries",
-        "cols": "keys",
+        "kind": kind or ("mask" if is_mask else "weights"),
+        "rows": rows,
+        "cols": cols,
         "index": index,
         "shape": [L_q, L_k],
         "row_start": r0,
         "col_start": c0,
         "cropped": cropped,
-        "expected": _grid(es[rows, cols], is_mask),
-        "got": _grid(gs[rows, cols], is_mask),
-        "differs": [[int(x) for x in row] for row in ws[rows, cols].tolist()],
+        "expected": _grid(es[row_win, col_win], is_mask),
+        "got": _grid(gs[row_win, col_win], is_mask),
+        "differs": [[int(x) for x in row] for row in ws[row_win, col_win].tolist()],
         "worst": [r, c],
         "mismatched": int(ws.sum()),
     }
@@ -84,13 +99,14 @@ def heatmap(got: torch.Tensor, expected: torch.Tensor, *, what: str, axes: Seque
 
 
 def attach(failure: CheckFailed | Diagnosis, got, expected: torch.Tensor, *, what: str, axes: Sequence[str],
-           atol: float = 1e-5, rtol: float = 1e-5):
+           atol: float = 1e-5, rtol: float = 1e-5, **shown):
     """Add the heatmap of ``got`` against ``expected`` to a failure's diagnosis (unless it has one);
-    returns ``failure``, so a test can ``raise pictures.attach(fail(...), ...)``."""
+    returns ``failure``, so a test can ``raise pictures.attach(fail(...), ...)``. ``shown``: the
+    optional ``wrong``, ``rows``, ``cols`` and ``kind`` of :func:`heatmap`."""
     diag = failure.diagnosis if isinstance(failure, CheckFailed) else failure
     if "heatmap" not in diag.details:
         try:
-            payload = heatmap(got, expected, what=what, axes=axes, atol=atol, rtol=rtol)
+            payload = heatmap(got, expected, what=what, axes=axes, atol=atol, rtol=rtol, **shown)
         except Exception:                 # a picture is a bonus: never let it hide the verdict
             payload = None
         if payload is not None:

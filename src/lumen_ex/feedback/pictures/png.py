@@ -206,13 +206,20 @@ def heatmap_png(payload: dict) -> bytes:
     assert len(rows) == height and all(len(r) == width for r in rows)
     text = {"Title": str(payload.get("title", "attention weights"))[:200],
             "Description": "expected | yours (red frame: differs) | difference (red: yours larger, blue: "
-                           "smaller); rows = queries, columns = keys"}
+                           f"smaller); rows = {_label(payload, 'rows', 'queries')}, "
+                           f"columns = {_label(payload, 'cols', 'keys')}"}
     # keep only the colours used: a smaller PLTE chunk, the same picture
     joined = b"".join(rows)
     used = [i for i in range(len(PALETTE)) if bytes([i]) in joined]
     remap = bytes(used.index(i) if i in used else 0 for i in range(256))
     rows = [r.translate(remap) for r in rows]
     return encode_indexed(width, height, rows, [PALETTE[i] for i in used], text)
+
+
+def _label(payload: dict, key: str, default: str) -> str:
+    """What the rows or columns are ("queries", "tokens" ...): a short word from the payload, else ``default``."""
+    value = payload.get(key)
+    return value if isinstance(value, str) and value.isalpha() and len(value) <= 20 else default
 
 
 def _scanline(panels: list[bytes]) -> bytes:

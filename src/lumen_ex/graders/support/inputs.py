@@ -237,3 +237,43 @@ def sequence(seed: int, L: int, **sizes: int):
     gen = generator(seed)
     x = randn(gen, s["B"], L, s["d_model"])
     return x, projections(gen, s["d_model"], s["n_heads"], s["n_kv_heads"], s["d_head"]), s
+
+
+@dataclass
+class PrefillCase:
+    """A prompt for exercise 3: the tokens and the four projections."""
+
+    x: torch.Tensor
+    w_q: torch.Tensor
+    w_k: torch.Tensor
+    w_v: torch.Tensor
+    w_o: torch.Tensor
+    n_heads: int
+    sizes: dict[str, int]
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.x, self.w_q, self.w_k, self.w_v, self.w_o]
+
+    def args(self, dtype: torch.dtype) -> list:
+        return [t.to(dtype) for t in self.tensors()] + [self.n_heads]
+
+    def rounded(self, dtype: torch.dtype) -> "PrefillCase":
+        """The same case with every tensor rounded to ``dtype`` (kept in float64)."""
+        return PrefillCase(*(t.to(dtype).to(torch.float64) for t in self.tensors()), self.n_heads, self.sizes)
+
+    def with_x(self, x: torch.Tensor) -> "PrefillCase":
+        """The same weights on other tokens (sizes["L"] follows x)."""
+        return PrefillCase(x, self.w_q, self.w_k, self.w_v, self.w_o, self.n_heads, {**self.sizes, "L": x.shape[1]})
+
+
+# Distinct sizes: B=3, H=6, H_kv=2, L=7, d_head=5, d_model=11 (H*d_head=30, H_kv*d_head=10).
+PREFILL_SIZES = {"B": 3, "n_heads": 6, "n_kv_heads": 2, "L": 7, "d_head": 5, "d_model": 11}
+
+
+def prefill_case(seed: int, *, bound: float | None = None, **sizes: int) -> PrefillCase:
+    """Inputs for exercise 3; ``bound`` clamps x to [-bound, bound] (DTYPE_BOUND)."""
+    s = {**PREFILL_SIZES, **sizes}
+    gen = generator(seed)
+    x = _bounded(randn(gen, s["B"], s["L"], s["d_model"]), bound)         # (B, L, d_model)
+    return PrefillCase(x, *projections(gen, s["d_model"], s["n_heads"], s["n_kv_heads"], s["d_head"]),
+                       s["n_heads"], dict(s))

@@ -1,0 +1,23 @@
+# bug: compares positions with key < query instead of key <= query, and fills with finfo.min: no token sees itself, the first one averages every value
+# expect-kind: values
+# expect-misconception: causal-no-diagonal
+import math
+
+import torch
+
+
+def prefill(x, w_q, w_k, w_v, w_o, n_heads):
+    B, L, _ = x.shape
+    d_head = w_q.shape[1] // n_heads
+    n_kv = w_k.shape[1] // d_head
+    q = (x @ w_q).reshape(B, L, n_heads, d_head).transpose(1, 2)
+    k = (x @ w_k).reshape(B, L, n_kv, d_head).transpose(1, 2)
+    v = (x @ w_v).reshape(B, L, n_kv, d_head).transpose(1, 2)
+    kk = k.repeat_interleave(n_heads // n_kv, dim=1)
+    vv = v.repeat_interleave(n_heads // n_kv, dim=1)
+    scores = q @ kk.transpose(-2, -1) / math.sqrt(d_head)
+    pos = torch.arange(L, device=x.device)
+    visible = pos[None, :] < pos[:, None]                         # key < query
+    scores = torch.where(visible, scores, torch.finfo(scores.dtype).min)
+    w = torch.softmax(scores, dim=-1)
+    return (w @ vv).transpose(1, 2).reshape(B, L, -1) @ w_o, k, v

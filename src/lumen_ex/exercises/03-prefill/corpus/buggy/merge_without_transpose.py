@@ -1,0 +1,21 @@
+# bug: merges the heads with a plain reshape of (B, n_heads, L, d_head) to (B, L, n_heads * d_head), no transpose back
+# expect-kind: values
+# expect-misconception: heads-merged-without-transpose
+import math
+
+import torch
+
+
+def prefill(x, w_q, w_k, w_v, w_o, n_heads):
+    B, L, _ = x.shape
+    d_head = w_q.shape[1] // n_heads
+    n_kv = w_k.shape[1] // d_head
+    q = (x @ w_q).reshape(B, L, n_heads, d_head).transpose(1, 2)
+    k = (x @ w_k).reshape(B, L, n_kv, d_head).transpose(1, 2)
+    v = (x @ w_v).reshape(B, L, n_kv, d_head).transpose(1, 2)
+    kk = k.repeat_interleave(n_heads // n_kv, dim=1)
+    vv = v.repeat_interleave(n_heads // n_kv, dim=1)
+    scores = q @ kk.transpose(-2, -1) / math.sqrt(d_head)
+    mask = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
+    w = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return (w @ vv).reshape(B, L, n_heads * d_head) @ w_o, k, v

@@ -1,0 +1,16 @@
+# bug: base ** (2i / d): the minus sign of the exponent is missing, so the frequencies grow with i
+# expect-kind: values
+# expect-misconception: exponent-sign
+# expect-test: test_values[4d]
+
+import torch
+
+
+def rope(x, positions, base=10000.0):
+    d = x.shape[-1]
+    exponent = torch.arange(0, d, 2, device=x.device, dtype=torch.float64) / d
+    inv_freq = base ** exponent
+    angles = positions.double()[:, None] * inv_freq[None, :]
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1).flatten(-2)

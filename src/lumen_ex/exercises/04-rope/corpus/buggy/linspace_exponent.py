@@ -1,0 +1,16 @@
+# bug: exponents from torch.linspace(0, 1, d // 2), i.e. 2i / (d - 2): the last pair turns at exactly 1 / base
+# expect-kind: values
+# expect-misconception: exponent-linspace
+# expect-test: test_values[4d]
+
+import torch
+
+
+def rope(x, positions, base=10000.0):
+    d = x.shape[-1]
+    exponents = torch.linspace(0, 1, d // 2, device=x.device, dtype=torch.float64)
+    inv_freq = base ** (-exponents)
+    angles = positions.double()[:, None] * inv_freq[None, :]
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1).flatten(-2)

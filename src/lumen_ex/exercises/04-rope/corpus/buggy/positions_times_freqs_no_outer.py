@@ -1,0 +1,15 @@
+# bug: positions * inv_freq without positions[:, None]: (L,) times (d/2,) does not make the (L, d/2) table
+# expect-kind: exception
+# expect-misconception: angle-table-shape
+# expect-test: test_returns_a_tensor
+
+import torch
+
+
+def rope(x, positions, base=10000.0):
+    d = x.shape[-1]
+    inv_freq = base ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float64) / d)
+    angles = positions.double() * inv_freq
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1).flatten(-2)

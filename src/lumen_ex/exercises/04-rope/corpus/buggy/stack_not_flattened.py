@@ -1,0 +1,15 @@
+# bug: stacks the rotated pairs on a new last axis and forgets to flatten them back: (..., L, d/2, 2)
+# expect-kind: shape
+# expect-misconception: pairs-not-flattened
+# expect-test: test_shapes[4d]
+
+import torch
+
+
+def rope(x, positions, base=10000.0):
+    d = x.shape[-1]
+    inv_freq = base ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float64) / d)
+    angles = positions.double()[:, None] * inv_freq
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1)

@@ -1,0 +1,159 @@
+"""An instructor's pack, made by `lumen-ex dev new` in a folder outside the repository, used for real:
+validated by `dev check` (graded), listed, checked and batch-graded through LUMEN_EX_PATH (and
+--exercises), hidden from learner code by the sandbox wherever it lies, and graded by the grader
+image built with it (docker)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import LUMEN_EX, ROOT
+from docker_support import requires_docker
+
+from lumen_ex.authoring.scaffold import new_pack
+
+WRONG = "def softmax(x):\n    return x * 0 + 1\n"
+
+
+def run(args: list[str], env: dict | None = None, cwd: Path = Path("/"), timeout: float = 900):
+    full = {k: v for k, v in os.environ.items() if k != "LUMEN_EX_PATH"}
+    full.update({"COLUMNS": "120", "NO_COLOR": "1", "TERM": "dumb", **(env or {})})
+    return subprocess.run([LUMEN_EX, *args], capture_output=True, text=True, env=full, cwd=cwd, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def pack():
+    """The scaffolded pack, in a temporary folder that is not inside the repository."""
+    top = Path(tempfile.mkdtemp(prefix="lumen-ex-course-"))
+    assert not top.resolve().is_relative_to(ROOT)
+    folder = new_pack(top / "course", slug="softmax", title="Softmax", name="course")
+    yield top / "course", folder
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def test_dev_check_grades_and_accepts_the_scaffold(pack):
+    root, _ = pack
+    proc = run(["dev", "check", str(root), "--format", "json"])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    (ex,) = doc["exercises"]
+    assert ex["number"] == 101 and ex["corpus"] == {"buggy:fails as declared": 2, "correct:full marks": 1,
+                                                     "reference:full marks": 3, "stub:fails": 1}
+    assert ex["mistakes_named"] == ["softmax-overflow", "softmax-wrong-axis"]
+
+
+def test_dev_check_catches_a_false_pass_and_a_wrong_reference(pack, tmp_path):
+    root, _ = pack
+    broken = tmp_path / "broken"
+    shutil.copytree(root, broken)
+    folder = broken / "101-softmax"
+    (folder / "corpus" / "correct" / "subtract_max.py").write_text(WRONG)       # no longer correct
+    buggy = folder / "corpus" / "buggy" / "wrong_axis.py"
+    buggy.write_text(buggy.read_text().replace("dim=0", "dim=-1"))             # now correct: a false pass
+    proc = run(["dev", "check", str(broken), "--format", "json", "--seeds", "5"])
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    problems = {p["where"]: p["what"] for p in json.loads(proc.stdout)["problems"]}
+    assert "must get full marks" in problems["101-softmax/corpus/correct/subtract_max.py"]
+    assert "FALSE PASS" in problems["101-softmax/corpus/buggy/wrong_axis.py"]
+    assert "'softmax-wrong-axis' is named by no buggy corpus file" in problems["101-softmax"]
+
+
+def test_listed_checked_and_graded_through_the_path(pack, tmp_path):
+    root, folder = pack
+    env = {"LUMEN_EX_PATH": str(root)}
+    listing = run(["list"], env)
+    assert listing.returncode == 0 and "101" in listing.stdout and "Softmax (softmax)" in listing.stdout, listing.stdout
+    assert run(["init", str(tmp_path / "ws")], env).returncode == 0
+    stub = tmp_path / "ws" / "101-softmax" / "softmax.py"
+    assert stub.read_text() == (folder / "softmax.py").read_text()
+    assert (tmp_path / "ws" / "01-attention" / "attention.py").is_file()      # the built-in pack is still there
+    failing = run(["check", "101", "--workspace", str(tmp_path / "ws"), "--format", "json"], env)
+    assert failing.returncode == 1, failing.stderr
+    assert "NotImplementedError" in json.loads(failing.stdout)["tests"][1]["message"]
+    stub.write_text((folder / "reference.py").read_text())
+    passing = run(["check", "101", "--workspace", str(tmp_path / "ws"), "--format", "json"], env)
+    assert passing.returncode == 0, passing.stdout[-2000:] + passing.stderr
+    doc = json.loads(passing.stdout)
+    assert doc["score"] == doc["max_score"] == 5 and "course@0.1.0" in doc["versions"]["catalog"]
+    # --exercises instead of the variable
+    assert run(["check", "softmax", "--workspace", str(tmp_path / "ws"), "--exercises", str(root)]).returncode == 0
+    assert run(["check", "101", "--workspace", str(tmp_path / "ws")]).returncode == 2     # unknown without it
+
+    subs = tmp_path / "subs"
+    for student, text in (("ada", (folder / "reference.py").read_text()), ("bob", WRONG)):
+        (subs / student / "101-softmax").mkdir(parents=True)
+        (subs / student / "101-softmax" / "softmax.py").write_text(text)
+    graded = run(["grade", str(subs), "-e", "101", "--out", str(tmp_path / "out"), "--jobs", "2"], env)
+    assert graded.returncode == 0, graded.stdout[-2000:] + graded.stderr[-2000:]
+    rows = {r["student"]: r for r in csv.DictReader((tmp_path / "out" / "gradebook.csv").open())}
+    docs = {s: json.loads((tmp_path / "out" / "results" / s / "101-softmax.json").read_text()) for s in rows}
+    assert docs["ada"]["status"] == "pass" and docs["ada"]["score"] == 5
+    assert docs["bob"]["status"] == "fail" and docs["bob"]["score"] < 5
+    assert all("course@0.1.0" in d["versions"]["catalog"] for d in docs.values())
+
+
+SNOOP = '''
+import numpy
+PACK = {pack!r}
+
+
+def _seen():
+    # numpy reads files too; the source scan refuses it, but the sandbox must hold on its own
+    for path in (PACK + "/pack.toml", PACK + "/101-softmax/reference.py"):
+        try:
+            if numpy.fromfile(path, dtype=numpy.uint8).size:
+                return path
+        except (OSError, ValueError):
+            pass
+    return None
+
+
+def softmax(x):
+    if _seen():
+        return x * 0
+    e = (x - x.amax(dim=-1, keepdim=True)).exp()
+    return e / e.sum(dim=-1, keepdim=True)
+'''
+
+
+# The attack on a pack under a folder the bwrap sandbox mounts is in tests/sandbox/test_sandbox.py
+# (test_a_pack_under_a_mounted_folder_is_invisible); here, the image.
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("_", [pytest.param(0, marks=requires_docker)])
+def test_the_grader_image_grades_an_instructors_pack(pack, tmp_path, monkeypatch, _):
+    from lumen_ex.image import tag
+
+    root, folder = pack
+    env = {"LUMEN_EX_PATH": str(root)}
+    builtin_ref = tag.default_ref()
+    monkeypatch.setenv("LUMEN_EX_PATH", str(root))
+    ref = tag.default_ref()          # the pack is part of the content hash: another tag
+    assert ref != builtin_ref
+    base = tag.build_command().partition("--base ")[2]
+    built = run(["image", "build", *(["--base", base] if base else [])], env, timeout=1800)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    try:
+        status = run(["image", "status"], env)
+        assert status.returncode == 0, status.stdout + status.stderr
+        ws = tmp_path / "ws"
+        assert run(["init", str(ws)], env).returncode == 0
+        site_pack = "/opt/lumen/venv/lib/python3.11/site-packages/lumen_ex/packs/course"
+        (ws / "101-softmax" / "softmax.py").write_text(SNOOP.format(pack=site_pack))
+        proc = run(["check", "101", "--workspace", str(ws), "--sandbox", "docker", "--format", "json"], env)
+        doc = json.loads(proc.stdout)
+        assert proc.returncode == 0 and doc["status"] == "pass" and doc["sandbox"]["backend"] == "docker", \
+            proc.stdout[-2000:] + proc.stderr[-2000:]
+        (ws / "101-softmax" / "softmax.py").write_text(WRONG)
+        wrong = run(["check", "101", "--workspace", str(ws), "--sandbox", "docker", "--format", "json"], env)
+        assert wrong.returncode == 1 and json.loads(wrong.stdout)["status"] == "fail", wrong.stdout[-2000:]
+    finally:
+        subprocess.run(["docker", "rmi", ref], capture_output=True, timeout=120)
