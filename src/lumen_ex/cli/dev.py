@@ -54,7 +54,14 @@ def check(ctx, packs: tuple[Path, ...], seeds: str, sandbox: str, jobs: int, no_
         raise UsageError(f"--seeds {seeds!r} is not a list of integers", "For example --seeds 1,2,3") from None
     if not seed_list:
         raise UsageError("--seeds names no seed", "For example --seeds 1,2,3")
-    report = dev_check(list(packs) or None, seeds=seed_list, sandbox=sandbox, jobs=jobs, grade=not no_grade)
+    progress = None
+    if fmt == "rich":   # the batch grader's live progress, as for lumen-ex grade
+        from lumen_ex.cli.classroom import GradeProgress
+        from lumen_ex.cli.render import console
+
+        progress = GradeProgress(console())
+    report = dev_check(list(packs) or None, seeds=seed_list, sandbox=sandbox, jobs=jobs, grade=not no_grade,
+                       progress=progress)
     if fmt == "json":
         click.echo(render_json(report))
     else:

@@ -124,7 +124,7 @@ def rope_variants(x: torch.Tensor, positions: torch.Tensor, base: float = DEFAUL
 
 
 # Every mistake this suite names, by id. Value ids come from the variants above (matched on values);
-# the others from the check that catches them (src/lumen_ex/graders/rope/test_rope.py).
+# the others from the check that catches them (src/lumen_ex/exercises/04-rope/suite/test_rope.py).
 CATALOGUE = {
     "rotate-half": "the rotate_half convention: pairs (x[i], x[i + d/2]) instead of adjacent pairs",
     "rotation-reversed": "pairs rotated the other way (the sign of sin flipped)",
