@@ -75,8 +75,9 @@ class Report:
 
 
 def dev_check(roots: list[Path] | None = None, *, seeds: tuple[int, ...] = DEFAULT_SEEDS, sandbox: str = "auto",
-              jobs: int = 2, grade: bool = True, progress=None) -> Report:
-    """Validate the packs at ``roots`` (default: the built-in pack); see the module docstring."""
+              jobs: int = 2, grade: bool = True, progress=None, only: tuple[str, ...] = ()) -> Report:
+    """Validate the packs at ``roots`` (default: the built-in pack); see the module docstring.
+    ``only``: just these exercises of them (numbers or slugs)."""
     roots = [Path(r).resolve() for r in (roots or [builtin_root()])]
     packs = [read_pack(r, builtin=r == builtin_root().resolve()) for r in roots]
     add_to_path([p.root for p in packs if not p.builtin])     # the grading processes must see them too
@@ -87,6 +88,9 @@ def dev_check(roots: list[Path] | None = None, *, seeds: tuple[int, ...] = DEFAU
         report.add("packs", str(exc))
         return report
     report.exercises = [ex for ex in everything.exercises if any(ex.root.parent == p.root for p in packs)]
+    if only:
+        wanted = {everything.find(key).number for key in only}
+        report.exercises = [ex for ex in report.exercises if ex.number in wanted]
     for pack in packs:
         for problem in catalog_mod.unlisted_folders(pack):
             report.add(pack.name, problem)

@@ -40,10 +40,12 @@ def new(directory: Path, slug: str, title: str, number: int, name: str | None) -
 @click.option("--sandbox", type=click.Choice(SANDBOXES), default="auto", show_default=True)
 @click.option("--jobs", "-j", type=int, default=2, show_default=True, help="Gradings at once.")
 @click.option("--no-grade", is_flag=True, help="Only validate the manifests, files and headers.")
+@click.option("--exercise", "-e", "only", multiple=True, help="Only this exercise (number or slug); repeatable.")
 @click.option("--format", "fmt", type=click.Choice(("rich", "json")), default="rich", show_default=True)
 @exercises_option
 @click.pass_context
-def check(ctx, packs: tuple[Path, ...], seeds: str, sandbox: str, jobs: int, no_grade: bool, fmt: str) -> None:
+def check(ctx, packs: tuple[Path, ...], seeds: str, sandbox: str, jobs: int, no_grade: bool, only: tuple[str, ...],
+          fmt: str) -> None:
     """Validate exercise packs (default: the built-in one): manifests, stub, reference, mistakes, corpus."""
     from lumen_ex.authoring.devcheck import dev_check, render_json
     from lumen_ex.core.errors import UsageError
@@ -61,7 +63,7 @@ def check(ctx, packs: tuple[Path, ...], seeds: str, sandbox: str, jobs: int, no_
 
         progress = GradeProgress(console())
     report = dev_check(list(packs) or None, seeds=seed_list, sandbox=sandbox, jobs=jobs, grade=not no_grade,
-                       progress=progress)
+                       progress=progress, only=only)
     if fmt == "json":
         click.echo(render_json(report))
     else:

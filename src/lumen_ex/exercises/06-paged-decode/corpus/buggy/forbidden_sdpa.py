@@ -1,0 +1,22 @@
+# bug: hands the gathered keys and values to F.scaled_dot_product_attention instead of writing the attention
+# expect-kind: forbidden
+# expect-misconception: forbidden-api
+import torch
+import torch.nn.functional as F
+
+
+def paged_decode_step(x_t, k_pages, v_pages, block_table, seq_lens, w_q, w_k, w_v, w_o, n_heads):
+    B = x_t.shape[0]
+    n_kv_heads, page_size, d_head = k_pages.shape[1:]
+    page = block_table[torch.arange(B), seq_lens // page_size]
+    k_pages[page, :, seq_lens % page_size] = (x_t @ w_k).reshape(B, n_kv_heads, d_head)
+    v_pages[page, :, seq_lens % page_size] = (x_t @ w_v).reshape(B, n_kv_heads, d_head)
+    L = int(seq_lens.max()) + 1
+    pos = torch.arange(L)
+    phys = block_table[:, pos // page_size]
+    k = k_pages[phys, :, pos % page_size].transpose(1, 2).repeat_interleave(n_heads // n_kv_heads, dim=1)
+    v = v_pages[phys, :, pos % page_size].transpose(1, 2).repeat_interleave(n_heads // n_kv_heads, dim=1)
+    q = (x_t @ w_q).reshape(B, n_heads, 1, d_head)
+    keep = (pos[None, :] <= seq_lens[:, None])[:, None, None, :]
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+    return out.reshape(B, -1) @ w_o, k_pages, v_pages, seq_lens + 1

@@ -1,0 +1,25 @@
+# bug: masks with pos <= seq_lens + 1 (the new length, inclusive), so each sequence reads one stale slot past its end
+# expect-kind: values
+# expect-misconception: read-one-past-length
+import math
+
+import torch
+
+
+def paged_decode_step(x_t, k_pages, v_pages, block_table, seq_lens, w_q, w_k, w_v, w_o, n_heads):
+    B = x_t.shape[0]
+    n_kv_heads, page_size, d_head = k_pages.shape[1:]
+    page = block_table[torch.arange(B), seq_lens // page_size]
+    k_pages[page, :, seq_lens % page_size] = (x_t @ w_k).reshape(B, n_kv_heads, d_head)
+    v_pages[page, :, seq_lens % page_size] = (x_t @ w_v).reshape(B, n_kv_heads, d_head)
+    new_lens = seq_lens + 1
+    L = int(new_lens.max()) + 1
+    pos = torch.arange(L)
+    phys = block_table[:, pos // page_size]
+    k = k_pages[phys, :, pos % page_size].transpose(1, 2).repeat_interleave(n_heads // n_kv_heads, dim=1)
+    v = v_pages[phys, :, pos % page_size].transpose(1, 2).repeat_interleave(n_heads // n_kv_heads, dim=1)
+    q = (x_t @ w_q).reshape(B, n_heads, 1, d_head)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_head)
+    keep = pos[None, :] <= new_lens[:, None]
+    scores = scores.masked_fill(~keep[:, None, None, :], float("-inf"))
+    return (torch.softmax(scores, dim=-1) @ v).reshape(B, -1) @ w_o, k_pages, v_pages, new_lens

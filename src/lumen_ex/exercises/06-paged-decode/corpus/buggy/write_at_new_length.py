@@ -1,0 +1,24 @@
+# bug: uses the new length seq_lens + 1 as the new token's position, so the entry lands one slot too far (and on the next page at a boundary)
+# expect-kind: values
+# expect-misconception: write-at-t+1
+import math
+
+import torch
+
+
+def paged_decode_step(x_t, k_pages, v_pages, block_table, seq_lens, w_q, w_k, w_v, w_o, n_heads):
+    B = x_t.shape[0]
+    n_kv_heads, page_size, d_head = k_pages.shape[1:]
+    new_lens = seq_lens + 1
+    page = block_table[torch.arange(B), new_lens // page_size]
+    k_pages[page, :, new_lens % page_size] = (x_t @ w_k).reshape(B, n_kv_heads, d_head)
+    v_pages[page, :, new_lens % page_size] = (x_t @ w_v).reshape(B, n_kv_heads, d_head)
+    L = int(new_lens.max())
+    pos = torch.arange(L)
+    phys = block_table[:, pos // page_size]
+    k = k_pages[phys, :, pos % page_size].transpose(1, 2).repeat_interleave(n_heads // n_kv_heads, dim=1)
+    v = v_pages[phys, :, pos % page_size].transpose(1, 2).repeat_interleave(n_heads // n_kv_heads, dim=1)
+    q = (x_t @ w_q).reshape(B, n_heads, 1, d_head)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_head)
+    scores = scores.masked_fill((pos[None, :] >= new_lens[:, None])[:, None, None, :], float("-inf"))
+    return (torch.softmax(scores, dim=-1) @ v).reshape(B, -1) @ w_o, k_pages, v_pages, new_lens
