@@ -13,11 +13,11 @@ import json
 from pathlib import Path
 
 import pytest
-from test_cli import REFERENCE, compare, normalise, put, run, workspace  # noqa: F401,F811  (workspace: a fixture)
+from test_cli import REFERENCE_1, compare, normalise, put, run, workspace  # noqa: F401,F811  (workspace: a fixture)
 from test_pictures import decode_png
 
 SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "result.schema.json"
-CORRECT = (REFERENCE / "attention.py").read_text()
+CORRECT = REFERENCE_1.read_text()
 CORRECT_ATTENTION = '''
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     if mask is not None:

@@ -14,7 +14,7 @@ import secrets
 import threading
 from pathlib import Path
 
-from conftest import best_sandbox, workspace_with
+from conftest import CORPORA, best_sandbox, workspace_with
 from docker_support import live_processes_with, summary, wait_until
 
 from lumen_ex.core import catalog
@@ -39,7 +39,7 @@ def causal_mask(L_q, L_k=None, device=None):
     os._exit(7)
 '''
 
-CORRECT = (Path(__file__).parents[1] / "corpus" / "attention" / "correct").glob("*.py")
+CORRECT = (CORPORA["attention"] / "correct").glob("*.py")
 
 
 def _check(root: Path, select: str) -> RunResult:

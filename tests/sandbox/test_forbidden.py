@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import requires_bwrap, workspace_with
+from conftest import CORPORA, requires_bwrap, workspace_with
 from docker_support import docker_param
 
 from lumen_ex.core.results import RunResult, Status
@@ -212,7 +212,7 @@ def test_unparsable_and_unreadable_files_are_refused(tmp_path):
 # -------------------------------------------------------------------------------------------------
 # Real attacks, graded end to end under both backends: each FAILS, with a clear message
 
-HONEST_ATTENTION = (Path(__file__).parents[1] / "corpus" / "attention" / "correct" / "einsum_arange.py").read_text()
+HONEST_ATTENTION = (CORPORA["attention"] / "correct" / "einsum_arange.py").read_text()
 ERASE = '''
 def _erase_evidence():
     shim = sys.modules.get("__main__")
