@@ -16,7 +16,8 @@ Everything an exercise author needs, under stable names (docs/authoring.md walks
 - pictures: ``pictures`` (the heatmap attached to a value failure);
 - the learner's code through the ``submission`` fixture (``submission.call`` returns a ``CallResult``;
   ``meta`` describes a tensor without copying it); ``LearnerError`` and ``WorkerFailure`` are what a call
-  raises when the learner's code raises, dies, hangs or breaks the protocol.
+  raises when the learner's code raises, dies, hangs or breaks the protocol; ``note(text)`` leaves a
+  note on a passing test's result (float32 rounding, how memory was measured).
 
 The fixtures a suite's tests take (``submission``, ``seed``, ``device``, ``cuda``) and the
 ``@pytest.mark.group("name")`` marker that gives a test its scoring group come from the harness's
@@ -29,7 +30,7 @@ from pathlib import Path
 from types import ModuleType
 
 from lumen_ex.core.exercise_modules import exercise_folder, load, sibling
-from lumen_ex.core.results import CheckFailed
+from lumen_ex.core.results import CheckFailed, note
 from lumen_ex.feedback.pictures import heatmap as pictures
 from lumen_ex.graders.support import expect, inputs
 from lumen_ex.graders.support.expect import (
@@ -71,4 +72,4 @@ def exercise(file: str | Path, other: str | None = None) -> Exercise:
 
 __all__ = ["CallResult", "CheckFailed", "Exercise", "Expected", "GENERIC_MISCONCEPTIONS", "LearnerError",
            "MATCH_TOLERANCE_FLOAT64", "TOLERANCES", "Tolerance", "Variant", "WorkerFailure", "exercise", "expect", "fail",
-           "inputs", "meta", "pictures", "sibling"]
+           "inputs", "meta", "note", "pictures", "sibling"]

@@ -244,7 +244,10 @@ def _exists(number: int) -> bool:
 def render_list(con: Console, workspace, rows) -> None:
     table = Table(box=None, header_style="bold")
     for col in ("#", "exercise", "file", "status", "best score"):
-        table.add_column(col)
+        if col == "file":   # a path is shown whole, to be copied: the titles wrap instead
+            table.add_column(col, no_wrap=True, min_width=max((len(one_line(r.path)) for r in rows), default=4))
+        else:
+            table.add_column(col)
     for r in rows:
         color = {"pass": "green", "fail": "yellow"}.get(r.status, "dim")
         table.add_row(Text(str(r.number)), Text(one_line(f"{r.title} ({r.slug})")), Text(one_line(r.path)),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from lumen_ex.harness.memory import MemoryProbe, MemoryUse, baseline
 from lumen_ex.sandbox.base import Launched, Launcher, WorkerSpec
 from lumen_ex.sandbox.inside import wire
 from lumen_ex.sandbox.processes import reap
@@ -113,6 +114,7 @@ class Reply:
     tensors: list[torch.Tensor]
     output: str = ""
     elapsed: float = 0.0
+    memory: MemoryUse | None = None     # measured by the harness, when asked for (harness/memory.py)
 
 
 @dataclass
@@ -133,6 +135,7 @@ class Worker:
         self.next_id = 1
         self.hello: Hello | None = None
         self.started = time.monotonic()
+        self.memory_base = None   # what it held at hello, before the learner's module (harness/memory.py)
 
     # -- low level ------------------------------------------------------------------------
 
@@ -223,6 +226,7 @@ class Worker:
             except Exception as exc:  # noqa: BLE001
                 raise self.protocol_failure(exc) from None
             self.hello = Hello(hello["torch"], hello["cuda"], time.monotonic() - self.started)
+            self.memory_base = baseline(self.launched)
             self.output.take()
         return self.hello
 
@@ -356,7 +360,8 @@ class WorkerPool:
             raise self.load_failure.with_traceback(None) from None
         return worker
 
-    def call(self, header: dict, tensors: list[torch.Tensor], timeout: float | None = None) -> Reply:
+    def call(self, header: dict, tensors: list[torch.Tensor], timeout: float | None = None, *,
+             measure_memory: bool = False) -> Reply:
         """One call of a learner function. A function that once did not return within its time
         limit is not called again in this check: the tests that need it are marked at once, so an
         infinite loop costs one call's time limit, and the other functions' tests still run."""
@@ -365,9 +370,15 @@ class WorkerPool:
             raise WorkerTimeout(f"not run: {fn} did not return in an earlier test ({self.hung[fn]})")
         worker = self.ready()
         limit = self._timeout(timeout or self.call_timeout)
+        probe = MemoryProbe(worker.launched, worker.memory_base) if measure_memory else None
         try:
-            return worker.request(header, tensors, limit)
+            reply = worker.request(header, tensors, limit)
+            if probe is not None:
+                reply.memory, probe = probe.finish(), None
+            return reply
         except WorkerFailure as exc:
+            if probe is not None:
+                probe.cancel()
             if isinstance(exc, WorkerTimeout) and fn:
                 self.hung[fn] = f"it ran for over {limit:g} s"
             self.discard()

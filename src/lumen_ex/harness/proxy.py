@@ -16,6 +16,7 @@ import torch
 
 from lumen_ex.core.results import CheckFailed, Diagnosis
 from lumen_ex.harness.client import LearnerError, WorkerPool
+from lumen_ex.harness.memory import MemoryUse
 from lumen_ex.harness.source_scan import scan_file
 from lumen_ex.sandbox.inside import wire
 
@@ -39,6 +40,7 @@ class CallResult:
     forbidden: list[str] = field(default_factory=list)
     output: str = ""
     elapsed: float = 0.0
+    memory: MemoryUse | None = None     # the harness's own measurement (measure_memory=True)
 
 
 def meta(t: torch.Tensor) -> TensorMeta:
@@ -103,6 +105,12 @@ class LearnerModule:
             self._pool.import_output = ""
         return (self._pool.signatures or {}).get(fn)
 
+    def fresh_worker(self) -> None:
+        """Replace the worker with a new one, started now (its memory baseline taken at its hello): a
+        test that measures memory then sees nothing that earlier tests left in the old one."""
+        self._pool.discard()
+        self._pool.spawn()
+
     @property
     def cuda_available(self) -> bool:
         worker = self._pool.ready()
@@ -110,7 +118,8 @@ class LearnerModule:
 
     def call(self, fn: str, args: tuple = (), kwargs: dict | None = None, *, device: str | None = None,
              noncontiguous: bool = False, grad_wrt: tuple[int, ...] = (), grad_seeds: tuple | None = None,
-             count_ops: bool = False, echo_args: bool = False, timeout: float | None = None) -> CallResult:
+             count_ops: bool = False, echo_args: bool = False, timeout: float | None = None,
+             measure_memory: bool = False) -> CallResult:
         """Call ``fn(*args, **kwargs)`` in the worker and return everything it sent back, validated.
 
         device: where the worker puts the tensor arguments (default: the run's device).
@@ -118,6 +127,8 @@ class LearnerModule:
         grad_wrt / grad_seeds: also return d(outputs . seeds) / d(args[i]) for each i in grad_wrt.
         count_ops: also return the work counter's summary (elements produced, largest intermediate).
         echo_args: also return the arguments as they were after the call (in-place changes).
+        measure_memory: also return the memory the call used, measured by the harness from outside
+        the worker (src/lumen_ex/harness/memory.py), as ``CallResult.memory``.
         """
         kwargs = kwargs or {}
         self._require(fn)
@@ -136,7 +147,8 @@ class LearnerModule:
         if echo_args:
             header["echo_args"] = True
         try:
-            reply = self._pool.call(header, tensors, timeout)
+            reply = (self._pool.call(header, tensors, timeout, measure_memory=True) if measure_memory
+                     else self._pool.call(header, tensors, timeout))
         except Exception as exc:
             self.outputs.append(getattr(exc, "output", "") or "")
             raise
@@ -221,7 +233,7 @@ class LearnerModule:
         if not wire.check_ok(h):
             raise LearnerError(wire.check_error(h.get("error")), reply.output)
         value = wire.unpack(h.get("result"), tensors, on_tensor=_annotator(devices), devices=devices)
-        result = CallResult(value, output=reply.output, elapsed=reply.elapsed)
+        result = CallResult(value, output=reply.output, elapsed=reply.elapsed, memory=getattr(reply, "memory", None))
         _decode_grads(result, h.get("grads"), tensors, n_grads, devices)
         if count_ops:
             result.ops = _checked_ops(h.get("ops"))

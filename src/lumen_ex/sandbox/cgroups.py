@@ -119,6 +119,24 @@ class Cgroup:
         except (OSError, IndexError, ValueError, KeyError):
             return False
 
+    # -- memory use, read by the harness (the worker, uid 65534 with no /sys, cannot touch these) --
+
+    def memory_usage(self) -> int | None:
+        """Bytes charged to this cgroup now (v1 memory.usage_in_bytes, v2 memory.current)."""
+        name = ("memory", "memory.usage_in_bytes") if self.version == 1 else ("unified", "memory.current")
+        try:
+            return int((self.dirs[name[0]] / name[1]).read_text())
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def peak_window(self) -> PeakWindow | None:
+        """Start measuring this cgroup's peak memory from now on (None: no memory controller)."""
+        if self.version == 1 and "memory" in self.dirs:
+            return PeakWindow.v1(self.dirs["memory"])
+        if self.version == 2:
+            return PeakWindow.v2(self.dirs["unified"])
+        return None
+
     def kill_all(self, wait: float = 5.0) -> None:
         """SIGKILL every process in the cgroup until none is left (forks race with us)."""
         kill_file = self.dirs.get("unified", Path("/nonexistent")) / "cgroup.kill"
@@ -145,6 +163,66 @@ class Cgroup:
                     break
                 except OSError:
                     time.sleep(0.02)
+
+
+class PeakWindow:
+    """The peak memory of one cgroup (every process in it, forks included) over a window.
+
+    v1: writing 0 to memory.max_usage_in_bytes resets the peak to the current usage, for everyone.
+    v2: since Linux 6.12, writing to memory.peak resets it for reads through that same open file;
+    on older kernels memory.peak holds the peak since the cgroup was made, so a window's peak is
+    known only when the window raised it (else only an upper bound, ``exact`` False), and before
+    5.19 there is no memory.peak at all.
+    """
+
+    def __init__(self, how: str, read, close=lambda: None, *, exact: bool, before: int | None = None):
+        self.how, self._read, self._close, self.exact, self._before = how, read, close, exact, before
+
+    @classmethod
+    def v1(cls, path: Path) -> PeakWindow | None:
+        peak = path / "memory.max_usage_in_bytes"
+        try:
+            _write(peak, 0)
+        except OSError:
+            return None
+        return cls("cgroup v1 memory.max_usage_in_bytes (reset by the grader before the call)",
+                   lambda: int(peak.read_text()), exact=True)
+
+    @classmethod
+    def v2(cls, path: Path) -> PeakWindow | None:
+        try:
+            fd = os.open(path / "memory.peak", os.O_RDWR)
+        except OSError:
+            return None
+
+        def read() -> int:
+            return int(os.pread(fd, 64, 0).split()[0])
+
+        def close() -> None:
+            os.close(fd)
+
+        try:
+            os.write(fd, b"reset")      # Linux >= 6.12: a peak of this file's own from now on
+        except OSError:
+            try:
+                before = read()
+            except (OSError, ValueError, IndexError):
+                close()
+                return None
+            return cls("cgroup v2 memory.peak (the cgroup's lifetime peak: an upper bound unless the call raised it)",
+                       read, close, exact=False, before=before)
+        return cls("cgroup v2 memory.peak (reset per open file by the grader before the call)", read, close, exact=True)
+
+    def finish(self) -> tuple[int | None, bool]:
+        """(the peak over the window in bytes, whether it is exact rather than an upper bound)."""
+        try:
+            peak = self._read()
+        except (OSError, ValueError, IndexError):
+            return None, False
+        finally:
+            self._close()
+        # A lifetime peak that the window raised was reached in the window: then it is exact.
+        return peak, self.exact or (self._before is not None and peak > self._before)
 
 
 def _sweep_stale(parent: Path) -> None:
