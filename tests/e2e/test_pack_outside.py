@@ -105,13 +105,15 @@ PACK = {pack!r}
 
 
 def _seen():
-    # numpy reads files too; the source scan refuses it, but the sandbox must hold on its own
+    # numpy.loadtxt reads any file (the source scan allows it): a parse error still means it was read
     for path in (PACK + "/pack.toml", PACK + "/101-softmax/reference.py"):
         try:
-            if numpy.fromfile(path, dtype=numpy.uint8).size:
-                return path
-        except (OSError, ValueError):
+            numpy.loadtxt(path, dtype=str, delimiter="\\x00", comments=None)
+            return path
+        except OSError:
             pass
+        except ValueError:
+            return path
     return None
 
 
@@ -146,7 +148,14 @@ def test_the_grader_image_grades_an_instructors_pack(pack, tmp_path, monkeypatch
         assert status.returncode == 0, status.stdout + status.stderr
         ws = tmp_path / "ws"
         assert run(["init", str(ws)], env).returncode == 0
+        # The control: unisolated, on the host, the same code reads the pack and answers wrong.
+        (ws / "101-softmax" / "softmax.py").write_text(SNOOP.format(pack=str(root)))
+        control = run(["check", "101", "--workspace", str(ws), "--sandbox", "none", "--format", "json"], env)
+        assert json.loads(control.stdout)["status"] == "fail", control.stdout[-2000:]
         site_pack = "/opt/lumen/venv/lib/python3.11/site-packages/lumen_ex/packs/course"
+        listed = subprocess.run(["docker", "run", "--rm", "--entrypoint", "/bin/ls", ref, f"{site_pack}/101-softmax"],
+                                capture_output=True, text=True, timeout=120)
+        assert "reference.py" in listed.stdout.split(), listed      # the pack is there (for root), so the attack aims true
         (ws / "101-softmax" / "softmax.py").write_text(SNOOP.format(pack=site_pack))
         proc = run(["check", "101", "--workspace", str(ws), "--sandbox", "docker", "--format", "json"], env)
         doc = json.loads(proc.stdout)
