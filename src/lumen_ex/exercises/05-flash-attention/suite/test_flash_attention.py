@@ -502,8 +502,10 @@ def test_memory_linear_in_length(submission, seed):
             expected=f"at most {budget // MIB} MiB", got=round(use.extra_mib, 1),
             details={"readings": readings, "growth_from_half_length": round(growth, 2)})
     use = used["long"]
-    note(f"memory measured by the grader ({use.mechanism}): {used['short'].extra_mib:.1f} MiB at L = {short}, "
-         f"{use.extra_mib:.1f} MiB at L = {L} (budget {budget // MIB} MiB)")
+    # The note names how memory was measured and the bound it met, never the measured numbers: a
+    # result is a function of the file and the seed, and the numbers move by a few percent each run.
+    note(f"memory measured by the grader ({use.mechanism}): within {budget // MIB} MiB at L = {short} "
+         f"and L = {L}")
 
 
 # -------------------------------------------------------------------------------------------------
