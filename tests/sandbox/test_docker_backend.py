@@ -455,9 +455,7 @@ def _grade(tmp_path, exercise: int, source, sandbox: str, seed: int = 1234) -> R
 
 
 def _has_suite(exercise: int) -> bool:
-    from lumen_ex.harness.runner import suite_dir
-
-    return any(suite_dir(catalog.load().find(exercise).suite).glob("test_*.py"))
+    return any(catalog.load().find(exercise).suite_dir.glob("test_*.py"))
 
 
 @pytest.mark.parametrize("exercise", [1, 2])

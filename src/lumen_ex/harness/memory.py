@@ -80,7 +80,13 @@ def baseline(launched: Launched) -> Baseline:
     usage = cgroup.memory_usage() if cgroup is not None else None
     if usage is not None and cgroup.version == 1:
         return Baseline(usage, {})
-    return Baseline(usage, {pid: _status(pid).get("VmRSS", 0) for pid in process_tree(launched.proc.pid)})
+    pid = getattr(getattr(launched, "proc", None), "pid", None)
+    if pid is None:        # a worker without a host process of its own (test doubles): nothing to read
+        return Baseline(usage, {})
+    try:
+        return Baseline(usage, {p: _status(p).get("VmRSS", 0) for p in process_tree(pid)})
+    except (OSError, ValueError):    # the worker is gone already: its call will fail on its own
+        return Baseline(usage, {})
 
 
 # -------------------------------------------------------------------------------------------------
