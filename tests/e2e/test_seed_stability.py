@@ -87,16 +87,14 @@ def corpus_jobs() -> list[Job]:
 def verdict(result) -> dict:
     """What must not depend on the seed: status, score, each test's status, and the first failure's
     diagnosis (its kind and named mistake: what a corpus header declares). The diagnoses of later
-    failing tests are kept beside it (``later``) and reported, not compared: three exercise-1 buggy
-    files name their mistake on some seeds only in a later test (a near-tie of a bfloat16 variant,
-    a random mask that leaves a key column empty), which the first failure never depends on."""
+    failing tests are not compared: three exercise-1 buggy files name their mistake on some seeds
+    only in a later test (a near-tie of a bfloat16 variant, a random mask that leaves a key column
+    empty), which the first failure never depends on."""
     first = result.first_failure
     return {"status": result.status.value, "score": round(result.score, 6),
             "tests": [[t.id, t.status.value] for t in result.tests],
             "first": [first.id, first.diagnosis.kind, first.diagnosis.misconception]
             if first is not None and first.diagnosis is not None else None,
-            "later": {t.id: (t.diagnosis.kind, t.diagnosis.misconception) for t in result.tests
-                      if t.diagnosis is not None and t is not first},
             "notes": {t.id: t.message for t in result.tests if t.status.value == "pass" and t.message}}
 
 

@@ -51,10 +51,14 @@ class Report:
     exercises: list[Exercise]
     seeds: tuple[int, ...]
     problems: list[Problem] = field(default_factory=list)
-    verdicts: Counter = field(default_factory=Counter)     # (exercise dir, what, outcome) -> files
     named: dict[str, set[str]] = field(default_factory=dict)   # exercise dir -> mistakes demonstrated
     graded: int = 0
-    files: list[dict] = field(default_factory=list)    # one per grading: where, what, seed, outcome, ok, got
+    files: list[dict] = field(default_factory=list)    # one per grading: dir, where, what, seed, outcome, ok, got
+
+    @property
+    def verdicts(self) -> Counter:
+        """(exercise dir, what, outcome) -> how many gradings had it."""
+        return Counter((f["dir"], f["what"], f["outcome"]) for f in self.files)
 
     @property
     def ok(self) -> bool:
@@ -184,8 +188,8 @@ def _judge(report: Report, case: _Case, result: RunResult | None, seed: int) -> 
     """Compare one grading with what the file must get; count its outcome, list any problem."""
     before = len(report.problems)
     outcome = _verdict(report, case, result, seed)
-    report.verdicts[(case.exercise.dir, case.what, outcome)] += 1
-    report.files.append({"exercise": case.exercise.number, "where": _where(case), "what": case.what, "seed": seed,
+    report.files.append({"exercise": case.exercise.number, "dir": case.exercise.dir, "where": _where(case),
+                         "what": case.what, "seed": seed,
                          "outcome": outcome, "ok": len(report.problems) == before,
                          "got": _describe(result) if result is not None else None})
 

@@ -147,8 +147,7 @@ class LearnerModule:
         if echo_args:
             header["echo_args"] = True
         try:
-            reply = (self._pool.call(header, tensors, timeout, measure_memory=True) if measure_memory
-                     else self._pool.call(header, tensors, timeout))
+            reply = self._pool.call(header, tensors, timeout, measure_memory=measure_memory)
         except Exception as exc:
             self.outputs.append(getattr(exc, "output", "") or "")
             raise
@@ -233,7 +232,7 @@ class LearnerModule:
         if not wire.check_ok(h):
             raise LearnerError(wire.check_error(h.get("error")), reply.output)
         value = wire.unpack(h.get("result"), tensors, on_tensor=_annotator(devices), devices=devices)
-        result = CallResult(value, output=reply.output, elapsed=reply.elapsed, memory=getattr(reply, "memory", None))
+        result = CallResult(value, output=reply.output, elapsed=reply.elapsed, memory=reply.memory)
         _decode_grads(result, h.get("grads"), tensors, n_grads, devices)
         if count_ops:
             result.ops = _checked_ops(h.get("ops"))
