@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up lumen-ex in ./.venv: the CPU build of torch where no torch is installed yet, lumen-ex itself
-# (editable, with the test extras), and bubblewrap (the sandbox) where we may install it.
+# (editable, with the test extras), bubblewrap (the sandbox) where we may install it, and the web
+# playground's page (lumen-ex serve), built from frontend/ where Node.js and npm are present.
 # Safe to run again: it only adds what is missing.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -28,5 +29,18 @@ if ! command -v bwrap >/dev/null 2>&1; then
     else
         echo "install.sh: no sandbox yet. Install one with: sudo apt-get install -y bubblewrap" >&2
     fi
+fi
+# The playground's page: `npm ci` installs exactly the lockfile's packages, `npm run build` bundles
+# them into src/lumen_ex/playground/static (never committed). Skipped when the bundle is newer than
+# every source of it.
+BUNDLE=src/lumen_ex/playground/static/app.js
+if command -v npm >/dev/null 2>&1; then
+    if [ ! -f "$BUNDLE" ] || [ -n "$(find frontend -path frontend/node_modules -prune -o -type f -newer "$BUNDLE" -print | head -1)" ]; then
+        (cd frontend && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build) >/dev/null \
+            || echo "install.sh: could not build the playground's page (frontend/): lumen-ex serve will say so" >&2
+    fi
+else
+    echo "install.sh: no Node.js, so the playground's page (lumen-ex serve) is not built. Install Node.js 20" \
+         "and npm (Debian: sudo apt-get install -y nodejs npm), then run ./install.sh again" >&2
 fi
 echo "lumen-ex is installed in .venv ($(.venv/bin/lumen-ex --version))"

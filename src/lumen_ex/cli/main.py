@@ -154,6 +154,32 @@ def watch(ctx, exercise: str, workspace: Path | None, sandbox: str, seed: int | 
 
 @cli.command()
 @exercises_option
+@workspace_option
+@click.option("--port", type=click.IntRange(0, 65535), default=8420, show_default=True,
+              help="The port (0: any free one; a busy default moves on to the next few).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="The address to listen on: only this machine unless you change it (then a warning).")
+@click.option("--no-browser", is_flag=True, help="Print the URL without opening a browser.")
+@click.option("--sandbox", type=click.Choice(SANDBOXES), default="auto", show_default=True,
+              help="Where your code runs: bwrap, or none (not isolated); docker is not supported here.")
+@click.option("--seed", type=int, default=None, help="Seed for the hidden inputs (default: one random seed for the session).")
+@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
+@click.pass_context
+def serve(ctx, workspace: Path | None, port: int, host: str, no_browser: bool, sandbox: str, seed: int | None,
+          device: str) -> None:
+    """The web playground: an editor and the hidden tests in your browser (Ctrl+Enter checks)."""
+    from lumen_ex.playground.server import serve as run_server
+
+    def say(line: str) -> None:
+        click.echo(visible(line))
+        sys.stdout.flush()
+
+    ctx.exit(run_server(workspace=workspace, host=host, port=port, open_browser=not no_browser, sandbox=sandbox,
+                        seed=seed, device=device, say=say))
+
+
+@cli.command()
+@exercises_option
 @click.argument("exercise")
 @workspace_option
 @click.option("--all", "show_all", is_flag=True, help="Show the hints you have seen so far (reveals no new one).")

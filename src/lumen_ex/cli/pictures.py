@@ -22,13 +22,13 @@ given: columns beyond it are cropped around the largest difference, and the capt
 
 from __future__ import annotations
 
-import difflib
 import math
 
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
 from lumen_ex.core.untrusted import one_line
+from lumen_ex.feedback.shapes import shape_columns
 
 # What a picture's rows and columns are (the payload's "rows" and "cols", docs/result-schema.md): the
 # caption's word, a row label's prefix and one of them, by name. Exercise 4 (RoPE) draws tokens x pairs.
@@ -185,19 +185,13 @@ def _worst_line(p: dict, is_mask: bool) -> str:
 
 
 def shape_diagram(expected: list, got: list, exp_axes: list, got_axes: list) -> list[Text]:
-    """Expected shape over yours, one column per axis (name above size), ^ under the axes that differ.
-
-    Same rank: axes are compared position by position. Different rank: axes are aligned by name,
-    so a missing or extra axis shows as a gap (–) instead of shifting every axis after it.
-    """
-    if not all(isinstance(x, list) for x in (expected, got, exp_axes, got_axes)):
+    """Expected shape over yours, one column per axis (name above size), ^ under the axes that
+    differ (the columns: src/lumen_ex/feedback/shapes.py)."""
+    columns = shape_columns(expected, got, exp_axes, got_axes)
+    if columns is None:
         return []
-    exp = [(one_line(n), one_line(s)) for n, s in zip(exp_axes, expected)]
-    yours = [(one_line(got_axes[i]) if i < len(got_axes) else "?", one_line(s)) for i, s in enumerate(got)]
-    columns = _align(exp, yours)
-    gap = ("–", "–")
-    widths = [max(len(x) for pair in col for x in (pair or gap)) for col in columns]
-    bad = [a is None or b is None or a != b for a, b in columns]
+    widths = [max(len(x) for x in (*c.expected, *c.yours)) for c in columns]
+    bad = [c.differs for c in columns]
 
     def row(label: str, cells: list[str], marks: list[bool]) -> Text:
         t = Text(f"  {label:<10}")
@@ -206,12 +200,10 @@ def shape_diagram(expected: list, got: list, exp_axes: list, got_axes: list) -> 
             t.append(c.rjust(w), style="bold red" if m else "")
         return t
 
-    e_pairs = [a or gap for a, _ in columns]
-    y_pairs = [b or gap for _, b in columns]
-    lines = [row("expected", [n for n, _ in e_pairs], [False] * len(columns)),
-             row("", [s for _, s in e_pairs], [False] * len(columns)),
-             row("yours", [s for _, s in y_pairs], bad),
-             row("", [n for n, _ in y_pairs], bad)]
+    lines = [row("expected", [c.expected[0] for c in columns], [False] * len(columns)),
+             row("", [c.expected[1] for c in columns], [False] * len(columns)),
+             row("yours", [c.yours[1] for c in columns], bad),
+             row("", [c.yours[0] for c in columns], bad)]
     carets = Text(" " * 12)
     for n, (w, m) in enumerate(zip(widths, bad)):
         carets.append("  " if n else "")
@@ -220,19 +212,6 @@ def shape_diagram(expected: list, got: list, exp_axes: list, got_axes: list) -> 
         carets.append("  ^ differs", style="dim")
     lines.append(Text(carets.plain.rstrip()) if not any(bad) else carets)
     return lines
-
-
-def _align(exp: list, yours: list) -> list[tuple]:
-    """Pairs of (expected axis, your axis), None for a gap."""
-    if len(exp) == len(yours):
-        return list(zip(exp, yours))
-    out: list[tuple] = []
-    matcher = difflib.SequenceMatcher(a=[n for n, _ in exp], b=[n for n, _ in yours], autojunk=False)
-    for _op, i1, i2, j1, j2 in matcher.get_opcodes():
-        a, b = exp[i1:i2], yours[j1:j2]
-        for k in range(max(len(a), len(b))):
-            out.append((a[k] if k < len(a) else None, b[k] if k < len(b) else None))
-    return out
 
 
 def _clip(text: str, n: int) -> str:

@@ -13,7 +13,6 @@ what the learner's code printed and messages, ``one_line`` for names, table cell
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 
@@ -25,15 +24,10 @@ from rich.text import Text
 from lumen_ex.cli.pictures import Heatmap, shape_diagram
 from lumen_ex.core.results import VALUE_KINDS, Diagnosis, RunResult, Status, TestResult, points
 from lumen_ex.core.untrusted import one_line, visible
+from lumen_ex.feedback.text import KIND_LABEL, mistake_evidence, where_line
 
 MARK = {Status.PASS: ("✓", "green"), Status.FAIL: ("✗", "red"), Status.ERROR: ("!", "red"),
         Status.TIMEOUT: ("⏱", "red"), Status.SKIPPED: ("-", "dim")}
-KIND_LABEL = {"shape": "shape", "dtype": "dtype", "device": "device", "nonfinite": "NaN/inf",
-              "values": "values", "property": "property", "exception": "exception", "import": "import",
-              "missing": "missing", "signature": "signature", "arity": "returns", "type": "type",
-              "timeout": "timeout", "crash": "crash", "protocol": "protocol", "forbidden": "forbidden",
-              "grader": "grader", "file": "file"}
-
 
 def console() -> Console:
     width = int(os.environ.get("COLUMNS", "0") or 0) or None
@@ -117,7 +111,7 @@ def _diagnosis_lines(diag: Diagnosis, run_mistake: dict | None = None) -> list:
     elif diag.expected is not None or diag.got is not None:
         if diag.kind not in ("values",):
             out.append(Text(one_line(f"  expected {diag.expected}   got {diag.got}"), style="dim"))
-    where = _where(diag)
+    where = where_line(diag)
     if where:
         out.append(Text(one_line(f"  {where}"), style="dim"))
     if isinstance(diag.details.get("code"), str) and diag.details.get("where"):
@@ -143,29 +137,8 @@ def _diagnosis_lines(diag: Diagnosis, run_mistake: dict | None = None) -> list:
 
 def _run_mistake_line(entry: dict) -> Text:
     """'likely mistake (matches 9 of 9 value tests to 1e-9): ...' from a RunResult.misconceptions entry."""
-    def bound(err) -> str:
-        if not isinstance(err, (int, float)) or not err > 0:
-            return "exactly"
-        return f"to 1e{math.ceil(math.log10(err) - 1e-12)}"
-
-    counted = f"matches {entry.get('matched')} of {entry.get('of')} value tests"
-    if "max_error_float64" in entry and entry.get("max_error_float64") != entry.get("max_error"):
-        evidence = f"{counted}, {bound(entry['max_error_float64'])} in float64"
-    else:
-        evidence = f"{counted} {bound(entry.get('max_error'))}"
-    return Text.assemble((one_line(f"likely mistake ({evidence}): "), "bold magenta"), visible(entry.get("sentence", "")))
-
-
-def _where(diag: Diagnosis) -> str:
-    d = diag.details
-    parts = []
-    if d.get("heads"):
-        parts.append("wrong heads: " + ", ".join(map(str, d["heads"])))
-    if d.get("rows") and diag.kind == "values":
-        parts.append("wrong query rows: " + ", ".join(map(str, d["rows"][:12])))
-    if d.get("where"):
-        parts.append(f"at {d['where']}")
-    return "   ".join(parts)
+    return Text.assemble((one_line(f"likely mistake ({mistake_evidence(entry)}): "), "bold magenta"),
+                         visible(entry.get("sentence", "")))
 
 
 def _table(tests: list[TestResult], width: int) -> Table:

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import re
 
-from lumen_ex.core.results import RunResult, Status, TestResult, points  # noqa: F401  points: for the writers
+from lumen_ex.core.results import Diagnosis, RunResult, Status, TestResult, points  # noqa: F401  points: for the writers
 
+# How each diagnosis kind is labelled where a failure is explained (terminal, playground).
+KIND_LABEL = {"shape": "shape", "dtype": "dtype", "device": "device", "nonfinite": "NaN/inf",
+              "values": "values", "property": "property", "exception": "exception", "import": "import",
+              "missing": "missing", "signature": "signature", "arity": "returns", "type": "type",
+              "timeout": "timeout", "crash": "crash", "protocol": "protocol", "forbidden": "forbidden",
+              "grader": "grader", "file": "file"}
 OUTPUT_CAP = 2000          # characters of learner output quoted per test in LMS formats
 _LINE = re.compile(r"\bline (\d+)\b")
 
@@ -76,3 +83,30 @@ def headline(result: RunResult) -> str:
     return (f"lumen-ex check {ex['number']} ({ex['title']}): {result.message}; score "
             f"{points(result.score)}/{points(result.max_score)}; seed {result.seed}; "
             f"sandbox {result.sandbox.backend} ({iso})")
+
+
+def mistake_evidence(entry: dict) -> str:
+    """How strongly a run's named mistake (a RunResult.misconceptions entry) is supported:
+    'matches 9 of 9 value tests to 1e-9' (', 1e-12 in float64' when that differs)."""
+    def bound(err) -> str:
+        if not isinstance(err, (int, float)) or not err > 0:
+            return "exactly"
+        return f"to 1e{math.ceil(math.log10(err) - 1e-12)}"
+
+    counted = f"matches {entry.get('matched')} of {entry.get('of')} value tests"
+    if "max_error_float64" in entry and entry.get("max_error_float64") != entry.get("max_error"):
+        return f"{counted}, {bound(entry['max_error_float64'])} in float64"
+    return f"{counted} {bound(entry.get('max_error'))}"
+
+
+def where_line(diag: Diagnosis) -> str:
+    """Where the values are wrong: 'wrong heads: 0, 1   wrong query rows: 0, 3   at ...'."""
+    d = diag.details
+    parts = []
+    if d.get("heads"):
+        parts.append("wrong heads: " + ", ".join(map(str, d["heads"])))
+    if d.get("rows") and diag.kind == "values":
+        parts.append("wrong query rows: " + ", ".join(map(str, d["rows"][:12])))
+    if d.get("where"):
+        parts.append(f"at {d['where']}")
+    return "   ".join(parts)

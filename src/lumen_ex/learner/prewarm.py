@@ -49,11 +49,18 @@ class GuardedLauncher:
     def __init__(self, launcher: Launcher):
         self.inner = launcher
         self.refuse = False
+        self._launched: list = []    # what this launcher started and may still be running
 
     def launch(self, spec: WorkerSpec):
         if self.refuse:
             raise WatchStopped("watching is stopping: no new worker")
-        return self.inner.launch(spec)
+        launched = self.inner.launch(spec)
+        self._launched = [w for w in self._launched if w.proc.poll() is None] + [launched]
+        return launched
+
+    def launched(self) -> list:
+        """The workers launched here that are still running (a cancelled check kills them)."""
+        return [w for w in self._launched if w.proc.returncode is None]
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
@@ -137,7 +144,8 @@ class PreparedRun:
     while it waits (so nothing the main thread prints is swallowed).
     """
 
-    def __init__(self, ex, module_file: str, *, seed: int, device: str):   # ex: core.catalog.Exercise
+    def __init__(self, ex, module_file: str, *, seed: int, device: str,
+                 plugins: tuple = ()):   # ex: core.catalog.Exercise
         # lazy: imports torch (see the module docstring)
         from lumen_ex.harness.proxy import LearnerModule
 
@@ -145,6 +153,7 @@ class PreparedRun:
         self.slot = PoolSlot()
         self.submission = LearnerModule(self.slot, device, module_file)
         self.gate = _gate_class()()
+        self.plugins = plugins
         self.outcome = None
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._main, args=(ex,), daemon=True,
@@ -157,7 +166,7 @@ class PreparedRun:
 
         try:
             self.outcome = run_suite(ex, self.submission, seed=self.seed, device=self.device,
-                                     lean=True, plugins=(self.gate,))
+                                     lean=True, plugins=(self.gate, *self.plugins))
         except BaseException as exc:  # noqa: BLE001  handed to the main thread
             self.error = exc
         finally:
@@ -196,6 +205,18 @@ class PreparedRun:
 _KEPT = None
 
 
+def kill_now(launched) -> None:
+    """SIGKILL a launched worker's process group and every process in its cgroup: from then on
+    nothing of that run executes. Waiting for them and removing the cgroup come later."""
+    kill_group(launched.proc.pid)
+    cgroup = getattr(launched.enforcement, "cgroup", None)
+    for pid in cgroup.pids() if cgroup is not None else ():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def _kept_worker_class():
     """harness.client.Worker (imported late: it imports torch), with a kill() that stops the
     worker at once and leaves the slow part for later.
@@ -219,15 +240,8 @@ def _kept_worker_class():
                 if self._doomed:
                     return
                 self._doomed = True
-                launched = self.launched
-                kill_group(launched.proc.pid)
-                cgroup = getattr(launched.enforcement, "cgroup", None)
-                for pid in cgroup.pids() if cgroup is not None else ():
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except (ProcessLookupError, PermissionError):
-                        pass
-                self._graveyard.append(launched)
+                kill_now(self.launched)
+                self._graveyard.append(self.launched)
 
         _KEPT = KeptWorker
     return _KEPT
@@ -295,12 +309,12 @@ class Prewarm:
                 self.dead[-1].kill()
                 self.dead.pop()
 
-    def prepare_suite(self, ex, module_file: str, *, seed: int, device: str) -> None:
+    def prepare_suite(self, ex, module_file: str, *, seed: int, device: str, plugins: tuple = ()) -> None:
         """Configure and collect the next check's pytest session, unless one is ready already."""
         if self.prepared is not None or self.closed:
             return
         with deferred_interrupts():   # close() must know of every session thread to end it
-            self.prepared = PreparedRun(ex, module_file, seed=seed, device=device)
+            self.prepared = PreparedRun(ex, module_file, seed=seed, device=device, plugins=plugins)
         # Wait for it to be collected: pytest's output capture is on while it collects.
         if not self.prepared.wait_collected(60):
             prepared, self.prepared = self.prepared, None

@@ -73,7 +73,7 @@ class WatchSession:
     def __init__(self, exercise: str | int, *, workspace: Path | None = None, sandbox: str = "auto",
                  seed: int | None = None, device: str = "auto", poll: bool = False,
                  poll_interval: float = POLL_INTERVAL, debounce: float = DEBOUNCE, record: bool = True,
-                 prepare: bool = True):
+                 prepare: bool = True, watch: bool = True, plugins: tuple = ()):
         check_device(device)
         self.ex = catalog_mod.load().find(exercise)
         self.workspace = Workspace.find(workspace)
@@ -94,13 +94,16 @@ class WatchSession:
         self.prewarm = Prewarm(self.launcher, self.spec, startup_seconds=self.ex.times.startup_seconds)
         self.stopping = False               # set by serve() on Ctrl-C: end after this check
         self.prepare = prepare              # collect the next check's pytest session in advance
+        self.plugins = plugins              # more pytest plugins for every check (the playground's progress)
         self._frozen = False
         self._watcher = None
         self.polling = poll
         try:
             self.spawn()   # first, so that its torch import overlaps with ours below
             # Watching starts now, so that a save made during the first check is not missed.
-            self._watcher = self._open_watcher()
+            # (Not for the playground, watch=False: its checks come from the page, not from saves.)
+            if watch:
+                self._watcher = self._open_watcher()
             self._warm_harness()
         except BaseException:
             self.close()
@@ -127,7 +130,8 @@ class WatchSession:
         self.prewarm.reap()
         self.prewarm.spawn()
         if self.prepare and self.checks:   # (not before the first check: that one imports the suite the usual way)
-            self.prewarm.prepare_suite(self.ex, self.file.name, seed=self.seed, device=self.spec.device)
+            self.prewarm.prepare_suite(self.ex, self.file.name, seed=self.seed, device=self.spec.device,
+                                       plugins=self.plugins)
 
     def _take_hello(self) -> None:
         """Read the waiting worker's hello; launch another if it died while starting."""
@@ -171,7 +175,7 @@ class WatchSession:
         from lumen_ex.harness.runner import run_suite
 
         return run_suite(ex, LearnerModule(pool, device, learner_file.name), seed=seed, device=device,
-                         select=select, lean=lean)
+                         select=select, lean=lean, plugins=self.plugins)
 
     # -- the harness kept warm -------------------------------------------------------------------
 

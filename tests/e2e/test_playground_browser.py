@@ -1,0 +1,202 @@
+"""The playground in a real headless browser (Debian's chromium, driven by Playwright): a learner
+types a buggy solution, presses Ctrl+Enter, sees the shape-first panel and the named mistake,
+types a correct one, presses Check, sees "All tests passed", and the file on disk is the editor's
+text. Also: what the learner's code prints stays text, a change on disk is offered for reload, a
+check can be cancelled, hints and restoring the stub work, by their accessible names.
+
+The server is the real command (src/lumen_ex/playground), with the real sandbox (bwrap where it
+works here). Without chromium these tests skip, saying so, unless LUMEN_EX_REQUIRE_BROWSER is set
+(.ci/run sets it: there a missing browser is a failure, not a skip).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from conftest import REFERENCES, best_sandbox, make_workspace
+from playground_support import serve
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+if CHROMIUM is None:
+    if os.environ.get("LUMEN_EX_REQUIRE_BROWSER"):
+        raise RuntimeError("LUMEN_EX_REQUIRE_BROWSER is set, but there is no chromium: apt-get install -y chromium")
+    pytest.skip("no chromium here (Debian: apt-get install -y chromium)", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api")
+
+pytestmark = pytest.mark.slow
+
+REFERENCE = REFERENCES["attention"].read_text()
+RETURN_LINE = "    return weights @ v, weights                                  # (..., L_q, d_v), (..., L_q, L_k)\n"
+assert RETURN_LINE in REFERENCE
+NO_SCALE = REFERENCE.replace(" / math.sqrt(d_k)", "")
+assert NO_SCALE != REFERENCE
+HEAD, SDPA = REFERENCE.split("def scaled_dot_product_attention", 1)
+SDPA, MASK = SDPA.split("def causal_mask", 1)
+# The file without scaled_dot_product_attention's last line, which the test types itself: causal_mask
+# first, so that the typed line ends the file.
+UNFINISHED = HEAD + "def causal_mask" + MASK.rstrip("\n") + "\n\n\ndef scaled_dot_product_attention" + \
+    SDPA.replace(RETURN_LINE, "").rstrip("\n")
+PRINTS = REFERENCE.replace(
+    "    d_k = q.size(-1)\n",
+    "    d_k = q.size(-1)\n    print('<script>window.__pwned = 1</script><img src=x onerror=\"window.__pwned = 2\">\\x1b[31m')\n")
+assert PRINTS != REFERENCE
+LOOPS = REFERENCE.replace("    d_k = q.size(-1)\n", "    while True:\n        pass\n")
+TIMEOUT_MS = 90_000
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-background-networking"])
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    ws = make_workspace(tmp_path_factory.mktemp("browser"))
+    server = serve(ws.root, "--sandbox", best_sandbox(), "--seed", "1234")
+    server.ws = ws
+    yield server
+    assert server.stop() == 0
+
+
+@pytest.fixture
+def page(browser, served):
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(served.url + "#attention")   # the fragment survives the redirect that drops the token
+    page.wait_for_selector("body[data-ready]", timeout=TIMEOUT_MS)
+    page.errors = errors
+    yield page
+    context.close()
+    assert not [e for e in errors if "Content Security Policy" in e or "Refused" in e], errors
+
+
+def code(page):
+    return page.get_by_role("textbox", name="exercise code")
+
+
+def replace_code(page, text: str) -> None:
+    """Select everything in the editor and put ``text`` in its place (as a paste does)."""
+    code(page).click()
+    page.keyboard.press("Control+A")
+    page.keyboard.insert_text(text)
+
+
+def editor_text(page) -> str:
+    return page.evaluate("() => [...document.querySelectorAll('.cm-line')].map(l => l.textContent).join('\\n')")
+
+
+def result(page):
+    return page.get_by_role("region", name="result")
+
+
+def wait_result(page):
+    page.wait_for_selector("#result .headline", timeout=TIMEOUT_MS)
+    page.wait_for_function("() => !document.getElementById('check').disabled", timeout=TIMEOUT_MS)
+    return result(page)
+
+
+def test_type_a_bug_see_it_explained_fix_it_see_it_pass(page, served):
+    path = served.ws.root / "01-attention" / "attention.py"
+    assert result(page).get_attribute("aria-live") == "polite"
+    # A shape bug, typed at the end of the file: the output's last two axes swapped.
+    replace_code(page, UNFINISHED)
+    page.keyboard.press("Control+End")
+    page.keyboard.press("Enter")
+    page.keyboard.type("return (weights @ v).transpose(-2, -1), weights")
+    page.keyboard.press("Control+Enter")
+    panel = wait_result(page)
+    assert "Not yet" in panel.inner_text()
+    first = panel.get_by_role("region", name="first failure")
+    assert first.locator("p.line").first.inner_text().startswith("shape:")
+    shape = first.locator("table.shape")
+    assert shape.is_visible()
+    rows = [r.inner_text() for r in shape.locator("tr").all()]
+    assert "L_q" in rows[0] and "d_v" in rows[0]                       # axis names, expected
+    assert "L_q" in rows[3] and "d_v" in rows[3]                       # and yours
+    assert shape.locator("td.bad").count() >= 2                        # the swapped axes marked
+    assert path.read_text().endswith("return (weights @ v).transpose(-2, -1), weights")   # saved before the check
+
+    # A values bug: no 1/sqrt(d_k). The mistake is named, with its fix.
+    replace_code(page, NO_SCALE)
+    page.keyboard.press("Control+Enter")
+    panel = wait_result(page)
+    mistake = panel.locator("p.line.mistake")
+    assert "likely mistake" in mistake.inner_text() and "sqrt(d_k)" in mistake.inner_text()
+    assert panel.locator("figure.picture img").count() >= 1 or "values" in panel.inner_text()
+
+    # Correct, with the button this time.
+    replace_code(page, REFERENCE)
+    page.get_by_role("button", name="Check", exact=True).click()
+    panel = wait_result(page)
+    assert "All tests passed" in panel.inner_text()
+    assert path.read_text() == REFERENCE                               # the file is the editor's text
+    sync_api.expect(page.get_by_role("navigation", name="exercises")).to_contain_text("passed")
+
+
+def test_what_the_code_prints_stays_text(page, served):
+    replace_code(page, PRINTS)
+    page.keyboard.press("Control+Enter")
+    panel = wait_result(page)
+    assert "All tests passed" in panel.inner_text()
+    printed = panel.locator("details.printed pre").first
+    page.locator("details.printed summary").first.click()
+    text = printed.inner_text()
+    assert "<script>window.__pwned = 1</script>" in text and '<img src=x onerror="window.__pwned = 2">' in text
+    assert "␛[31m" in text                                             # the escape shown, not run
+    assert page.evaluate("() => window.__pwned") is None
+    assert page.locator("#result script, #result img[src='x']").count() == 0
+    assert page.evaluate("() => document.scripts.length") == 1          # the bundle only
+
+
+def test_a_change_on_disk_is_offered_for_reload_never_overwritten(page, served):
+    path = served.ws.root / "01-attention" / "attention.py"
+    path.write_text("# saved by another editor\n")
+    alert = page.get_by_role("alert")
+    alert.wait_for(state="visible", timeout=10_000)
+    assert "changed on disk" in alert.inner_text()
+    replace_code(page, "# typed in the page meanwhile\n")              # an edit while the offer stands
+    page.wait_for_timeout(1000)
+    assert path.read_text() == "# saved by another editor\n"           # not saved over it
+    page.get_by_role("button", name="Reload it").click()
+    assert editor_text(page) == "# saved by another editor\n"
+    assert alert.is_hidden()
+
+
+def test_cancel_a_check_then_check_again(page, served):
+    replace_code(page, LOOPS)
+    page.keyboard.press("Control+Enter")
+    cancel = page.get_by_role("button", name="Cancel")
+    cancel.wait_for(state="visible", timeout=TIMEOUT_MS)
+    page.wait_for_function("() => document.querySelector('#result progress') !== null")
+    cancel.click()
+    page.wait_for_function("() => document.getElementById('result').innerText.includes('Check cancelled')",
+                           timeout=30_000)
+    replace_code(page, REFERENCE)
+    page.keyboard.press("Control+Enter")
+    assert "All tests passed" in wait_result(page).inner_text()
+
+
+def test_hints_and_restoring_the_stub(page, served):
+    path = served.ws.root / "01-attention" / "attention.py"
+    page.get_by_role("button", name="Hint").click()
+    page.wait_for_selector("#hints p.hint")
+    assert page.locator("#hints p.hint").first.inner_text().startswith("Hint 1 of")
+    replace_code(page, "# my work\n")
+    page.wait_for_function("() => document.getElementById('save-state').textContent === 'saved'")
+    assert path.read_text() == "# my work\n"
+    page.get_by_role("button", name="Restore the stub").click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_role("button", name="Keep my code").click()
+    assert path.read_text() == "# my work\n"
+    page.get_by_role("button", name="Restore the stub").click()
+    dialog.get_by_role("button", name="Restore the stub").click()
+    page.wait_for_function("() => document.getElementById('save-state').textContent === 'stub restored'")
+    assert "NotImplementedError" in path.read_text() and "NotImplementedError" in editor_text(page)

@@ -1,0 +1,270 @@
+"""`lumen-ex serve` refuses what it must: no token, a wrong one, a foreign Host (DNS rebinding), a
+foreign or missing Origin on a request that changes something, a body that is not JSON or too
+large; it sends no CORS headers, forbids framing and inline scripts, binds to 127.0.0.1 only, and
+never overwrites a file that changed on disk. Each refusal is checked to have changed nothing.
+
+The server runs for real (the command, a process of its own); requests are raw HTTP, so any header
+can be set as an attacker's page or tool would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import subprocess
+
+import pytest
+from conftest import REFERENCES, make_workspace
+from playground_support import serve
+
+STUB_PATH = "01-attention/attention.py"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    ws = make_workspace(tmp_path_factory.mktemp("serve"))
+    server = serve(ws.root, "--sandbox", "none")
+    server.ws = ws
+    yield server
+    assert server.stop() == 0
+    assert "Traceback" not in "\n".join(server.printed)
+
+
+def _progress(ws) -> str:
+    path = ws.root / ".lumen-ex" / "progress.json"
+    return path.read_text() if path.exists() else ""
+
+
+def _file(ws) -> bytes:
+    return (ws.root / STUB_PATH).read_bytes()
+
+
+# -- the token -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/", "/static/app.js", "/api/state", "/api/exercises/attention",
+                                  "/api/exercises/attention/file", "/api/checks/1-x/events"])
+def test_no_token_no_answer(served, path):
+    status, headers, body = served.request("GET", path, token=None)
+    assert status == 403
+    assert b"token" in body and b"attention" not in body
+
+
+@pytest.mark.parametrize("how", ["header", "cookie", "query"])
+@pytest.mark.parametrize("wrong", ["", "x", "PREFIX", "TOKEN+1", "token-case"])
+def test_a_wrong_token_is_refused(served, how, wrong):
+    bad = {"": "", "x": "x", "PREFIX": served.token[:-1], "TOKEN+1": served.token + "a",
+           "token-case": served.token.swapcase()}[wrong]
+    if how == "header":
+        status, _, _ = served.request("GET", "/api/state", token=bad or " ")
+    elif how == "cookie":
+        status, _, _ = served.request("GET", "/api/state", token=None,
+                                      headers={"Cookie": f"lumen_ex_token_{served.port}={bad}"})
+    else:
+        status, _, _ = served.request("GET", f"/api/state?token={bad}", token=None)
+    assert status == 403
+
+
+def test_the_printed_link_sets_a_strict_cookie_and_leaves_the_address_bar(served):
+    status, headers, _ = served.request("GET", f"/?token={served.token}", token=None)
+    assert status == 303
+    assert headers["location"] == "/"
+    cookie = headers["set-cookie"]
+    assert cookie.startswith(f"lumen_ex_token_{served.port}={served.token};")
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    status, _, body = served.request("GET", "/api/state", token=None,
+                                     headers={"Cookie": f"lumen_ex_token_{served.port}={served.token}"})
+    assert status == 200 and json.loads(body)["exercises"]
+
+
+def test_another_servers_cookie_is_not_this_ones(served):
+    status, _, _ = served.request("GET", "/api/state", token=None,
+                                  headers={"Cookie": f"lumen_ex_token_{served.port + 1}={served.token}"})
+    assert status == 403
+
+
+# -- the Host header (DNS rebinding) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("host", ["evil.example:{port}", "127.0.0.1.evil.example:{port}", "localhost.:{port}",
+                                  "127.0.0.1:{other}", "127.0.0.1", "", "10.0.0.1:{port}", "[::2]:{port}",
+                                  "127.0.0.1:{port}@evil.example"])
+def test_a_foreign_host_is_refused_even_with_the_token(served, host):
+    value = host.format(port=served.port, other=served.port + 1)
+    status, _, body = served.request("GET", "/api/state", host=value)
+    assert status == 403, value
+    assert b"Host" in body
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:{port}", "localhost:{port}", "LOCALHOST:{port}", "[::1]:{port}"])
+def test_its_own_names_are_answered(served, host):
+    status, _, _ = served.request("GET", "/api/state", host=host.format(port=served.port))
+    assert status == 200
+
+
+# -- Origin, and requests that change something ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("origin", [None, "null", "http://evil.example", "http://127.0.0.1:{other}",
+                                    "https://127.0.0.1:{port}", "http://127.0.0.1:{port}.evil.example",
+                                    "http://localhost:{port}"])
+@pytest.mark.parametrize("method,path,body", [
+    ("POST", "/api/exercises/attention/hint", {}),
+    ("POST", "/api/exercises/attention/restore", {}),
+    ("PUT", "/api/exercises/attention/file", {"text": "import os\n", "base": "?"}),
+    ("POST", "/api/exercises/attention/check", {"text": "import os\n", "base": "?"}),
+])
+def test_a_foreign_or_missing_origin_changes_nothing(served, origin, method, path, body):
+    value = origin.format(port=served.port, other=served.port + 1) if origin else None
+    before = (_progress(served.ws), _file(served.ws))
+    status, headers, text = served.request(method, path, body, origin=value)
+    assert status == 403, (value, text)
+    assert b"Origin" in text
+    assert (_progress(served.ws), _file(served.ws)) == before
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded",
+                                          "multipart/form-data; boundary=x"])
+def test_a_form_post_is_refused(served, content_type):
+    before = _progress(served.ws)
+    status, _, _ = served.request("POST", "/api/exercises/attention/hint", b"{}", content_type=content_type)
+    assert status == 415
+    assert _progress(served.ws) == before
+
+
+def test_the_same_request_from_the_page_is_answered(served):
+    status, hint = served.json("POST", "/api/exercises/attention/hint", {})
+    assert status == 200 and hint["number"] == 1 and hint["text"]
+
+
+def test_no_cors_headers_ever(served):
+    for method, path, origin in [("OPTIONS", "/api/state", "http://evil.example"),
+                                 ("GET", "/api/state", "http://evil.example"), ("GET", "/api/state", "same")]:
+        _, headers, _ = served.request(method, path, origin=origin,
+                                       headers={"Access-Control-Request-Method": "POST"})
+        assert not [h for h in headers if h.startswith("access-control-")], (method, headers)
+
+
+def test_every_answer_forbids_framing_inline_scripts_and_caching(served):
+    for path, token in [("/", "header"), ("/api/state", "header"), ("/api/state", None)]:
+        _, headers, _ = served.request("GET", path, token=token)
+        csp = headers["content-security-policy"]
+        scripts = next(d for d in csp.split("; ") if d.startswith("script-src "))
+        assert scripts == "script-src 'self'" and "unsafe-eval" not in csp
+        assert "frame-ancestors 'none'" in csp and "default-src 'none'" in csp
+        assert headers["x-frame-options"] == "DENY"
+        assert headers["x-content-type-options"] == "nosniff"
+        assert headers["cache-control"] == "no-store"
+
+
+def test_the_page_has_no_inline_script_and_its_nonce_is_fresh(served):
+    _, h1, page = served.request("GET", "/")
+    _, h2, _ = served.request("GET", "/")
+    html = page.decode()
+    assert "<script" in html and all("src=" in tag for tag in html.split("<script")[1:])
+    assert h1["content-security-policy"] != h2["content-security-policy"]   # a nonce per answer
+
+
+def test_websockets_are_closed(served):
+    status, _, _ = served.request("GET", "/api/state", headers={"Upgrade": "websocket", "Connection": "Upgrade",
+                                                                "Sec-WebSocket-Version": "13",
+                                                                "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})
+    assert status != 101
+
+
+# -- bounds and conflicts --------------------------------------------------------------------------------
+
+
+def test_a_body_over_the_bound_is_refused(served):
+    before = _file(served.ws)
+    status, _, _ = served.request("PUT", "/api/exercises/attention/file",
+                                  b'{"text": "' + b"x" * (600 * 1024) + b'", "base": "x"}')
+    assert status == 413
+    status, _ = served.json("PUT", "/api/exercises/attention/file", {"text": "x" * (300 * 1024), "base": "x"})
+    assert status == 400
+    assert _file(served.ws) == before
+
+
+@pytest.mark.parametrize("body", [b"[]", b"not json", b'{"text": 3, "base": "x"}', b'{"text": "x"}'])
+def test_a_malformed_body_is_a_clear_400(served, body):
+    status, _, text = served.request("PUT", "/api/exercises/attention/file", body)
+    assert status == 400 and json.loads(text)["error"]
+
+
+def test_an_unknown_exercise_is_a_404(served):
+    status, body = served.json("GET", "/api/exercises/nope")
+    assert status == 404 and "nope" in body["error"]
+
+
+def test_a_save_over_a_changed_file_is_refused_with_what_is_on_disk(served):
+    path = served.ws.root / STUB_PATH
+    status, first = served.json("GET", "/api/exercises/attention/file")
+    assert first["digest"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    path.write_text("# saved by another editor\n")                  # another editor saves
+    status, body = served.json("PUT", "/api/exercises/attention/file", {"text": "# mine\n", "base": first["digest"]})
+    assert status == 409
+    assert body["conflict"]["text"] == "# saved by another editor\n"
+    assert path.read_text() == "# saved by another editor\n"        # not overwritten
+    # Keeping mine, knowingly: the new base.
+    status, body2 = served.json("PUT", "/api/exercises/attention/file",
+                                {"text": "# mine\n", "base": body["conflict"]["digest"]})
+    assert status == 200 and path.read_text() == "# mine\n"
+    assert body2["digest"] == hashlib.sha256(b"# mine\n").hexdigest()
+    # A check saves first, under the same rule.
+    status, body3 = served.json("POST", "/api/exercises/attention/check", {"text": "# other\n", "base": first["digest"]})
+    assert status == 409 and path.read_text() == "# mine\n"
+
+
+def test_a_link_in_place_of_the_file_is_replaced_never_written_through(served, tmp_path):
+    path = served.ws.root / STUB_PATH
+    outside = tmp_path / "outside.py"
+    outside.write_text("# outside\n")
+    path.unlink()
+    path.symlink_to(outside)
+    status, disk = served.json("GET", "/api/exercises/attention/file")
+    status, _ = served.json("PUT", "/api/exercises/attention/file", {"text": "# in place\n", "base": disk["digest"]})
+    assert status == 200
+    assert outside.read_text() == "# outside\n" and not path.is_symlink()
+    path.write_text(REFERENCES["attention"].read_text())
+
+
+def test_restore_keeps_the_old_text(served):
+    path = served.ws.root / STUB_PATH
+    path.write_text("# my work\n")
+    status, body = served.json("POST", "/api/exercises/attention/restore", {})
+    assert status == 200 and "NotImplementedError" in path.read_text() and body["text"] == path.read_text()
+    backups = list((served.ws.root / ".lumen-ex" / "backups").iterdir())
+    assert any(b.read_text() == "# my work\n" for b in backups)
+
+
+# -- where it listens ------------------------------------------------------------------------------------
+
+
+def _other_address() -> str | None:
+    try:
+        out = subprocess.run(["hostname", "-I"], capture_output=True, text=True, timeout=5).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return next((a for a in out if "." in a and not a.startswith("127.")), None)
+
+
+def test_it_listens_on_127_0_0_1_only(served):
+    address = _other_address()
+    if address is None:
+        pytest.skip("this machine has no address but loopback")
+    with socket.socket() as s:
+        s.settimeout(2)
+        assert s.connect_ex((address, served.port)) != 0
+
+
+def test_another_host_is_warned_about(tmp_path):
+    ws = make_workspace(tmp_path)
+    server = serve(ws.root, "--sandbox", "none", "--host", "0.0.0.0")
+    try:
+        assert any(line.startswith("warning: listening on 0.0.0.0") for line in server.printed)
+        # Bound to every address: an IP address is a name it answers to, another name is not.
+        assert server.request("GET", "/api/state", host=f"127.0.0.1:{server.port}")[0] == 200
+        assert server.request("GET", "/api/state", host=f"evil.example:{server.port}")[0] == 403
+    finally:
+        assert server.stop() == 0
