@@ -280,6 +280,26 @@ def test_lms_views_show_controls(name):
         assert not unsafe_chars(s), (name, s)
 
 
+def test_playground_view_carries_no_controls_and_keeps_markup_as_text():
+    """The playground's view (src/lumen_ex/feedback/web.py): every string made harmless here; the page
+    writes each with textContent (tests/e2e/test_playground_browser.py shows a <script> staying text)."""
+    from lumen_ex.feedback.web import web_view
+
+    view = web_view(hostile_record())
+    strings = list(_strings(view))
+    for text in strings:
+        assert not unsafe_chars(text), text
+    joined = " ".join(strings)
+    assert "␛]52;c;aGVsbG8=␇" in joined and "[bold red]markup[/]" in " ".join(joined.split())
+    # The shape diagram's axis names are cells of their own, escaped like the rest.
+    shape = next(t for t in hostile_record().tests if t.diagnosis and t.diagnosis.kind == "shape")
+    rec = hostile_record()
+    rec.tests = [shape]
+    cells = [c["text"] for line in web_view(rec)["first"]["lines"] if line["kind"] == "shape"
+             for row in line["rows"] for c in row["cells"]]
+    assert "␛[2J" in cells and "[bold]x[/]" in cells
+
+
 def test_junit_view_parses_and_carries_no_controls():
     from lumen_ex.feedback.formats import emit
 

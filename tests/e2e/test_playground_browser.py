@@ -23,7 +23,10 @@ if CHROMIUM is None:
     if os.environ.get("LUMEN_EX_REQUIRE_BROWSER"):
         raise RuntimeError("LUMEN_EX_REQUIRE_BROWSER is set, but there is no chromium: apt-get install -y chromium")
     pytest.skip("no chromium here (Debian: apt-get install -y chromium)", allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api")
+if os.environ.get("LUMEN_EX_REQUIRE_BROWSER"):
+    import playwright.sync_api as sync_api
+else:
+    sync_api = pytest.importorskip("playwright.sync_api")
 
 pytestmark = pytest.mark.slow
 
