@@ -121,3 +121,20 @@ def serve(workspace: Path, *args: str, env: dict | None = None) -> Served:
             break
     proc.kill()
     raise AssertionError("lumen-ex serve did not print its URL:\n" + "\n".join(printed))
+
+
+def processes_naming(text: str) -> list[str]:
+    """The command lines of running processes that mention ``text`` (a workspace's path: every
+    worker the server starts names it), to show that stopping the server left none behind."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(f"{entry}: {cmdline[:200]}")
+    return found

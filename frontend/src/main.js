@@ -185,7 +185,7 @@ async function poll() {
 async function runCheck() {
   if (state.check || state.starting || !state.slug) return;
   if (state.conflict) {
-    showMessage($("result"), "The file changed on disk: reload it or keep yours before checking.", "error");
+    showMessage($("result"), "The file changed on disk: reload it or keep yours before checking.", "error", { ends: true });
     return;
   }
   clearTimeout(saveTimer);
@@ -198,9 +198,10 @@ async function runCheck() {
   } catch (e) {
     if (e instanceof ApiError && e.status === 409 && e.body && e.body.conflict) {
       showConflict(e.body.conflict);
+      showMessage($("result"), "The file changed on disk: reload it or keep yours before checking.", "error", { ends: true });
       return;
     }
-    showMessage($("result"), `The check did not start: ${e.message}`, "error");
+    showMessage($("result"), `The check did not start: ${e.message}`, "error", { ends: true });
     return;
   } finally {
     state.starting = false;
@@ -235,16 +236,16 @@ function follow(id) {
   });
   source.addEventListener("cancelled", () => {
     end();
-    showMessage($("result"), "Check cancelled.");
+    showMessage($("result"), "Check cancelled.", "info", { ends: true });
   });
   source.addEventListener("failed", (e) => {
     end();
-    showMessage($("result"), JSON.parse(e.data).message, "error");
+    showMessage($("result"), JSON.parse(e.data).message, "error", { ends: true });
   });
   source.onerror = () => {
     if (source.readyState === EventSource.CLOSED && state.check && state.check.id === id) {
       end();
-      showMessage($("result"), "Lost the connection to lumen-ex serve.", "error");
+      showMessage($("result"), "Lost the connection to lumen-ex serve.", "error", { ends: true });
     }
   };
 }

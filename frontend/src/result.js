@@ -53,6 +53,7 @@ function printed(output, summaryText) {
 }
 
 export function showProgress(region, progress) {
+  region.dataset.state = "running";
   let box = region.querySelector(".progress");
   if (!box) {
     region.replaceChildren();
@@ -68,8 +69,17 @@ export function showProgress(region, progress) {
                    : "starting the check…";
 }
 
-export function showMessage(region, text, kind = "info") {
+// The region says what it shows (data-state: running, result, message) and how many checks have
+// ended (data-ended), for tests and for styles.
+function ended(region, state) {
+  region.dataset.state = state;
+  region.dataset.ended = String(Number(region.dataset.ended || 0) + 1);
+}
+
+export function showMessage(region, text, kind = "info", { ends = false } = {}) {
   region.replaceChildren(el("p", { class: `message ${kind}`, text }));
+  if (ends) ended(region, "message");
+  else region.dataset.state = "message";
 }
 
 export function showResult(region, view) {
@@ -108,4 +118,5 @@ export function showResult(region, view) {
   out.push(table);
   out.push(el("p", { class: "next", text: view.next }));
   region.replaceChildren(...out);
+  ended(region, "result");
 }

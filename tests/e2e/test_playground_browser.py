@@ -16,7 +16,7 @@ import shutil
 
 import pytest
 from conftest import REFERENCES, best_sandbox, make_workspace
-from playground_support import serve
+from playground_support import processes_naming, serve
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 if CHROMIUM is None:
@@ -64,6 +64,7 @@ def served(tmp_path_factory):
     server.ws = ws
     yield server
     assert server.stop() == 0
+    assert processes_naming(str(ws.root)) == []     # Ctrl-C left no server, no worker, no waiting worker
 
 
 @pytest.fixture
@@ -100,10 +101,24 @@ def result(page):
     return page.get_by_role("region", name="result")
 
 
-def wait_result(page):
-    page.wait_for_selector("#result .headline", timeout=TIMEOUT_MS)
-    page.wait_for_function("() => !document.getElementById('check').disabled", timeout=TIMEOUT_MS)
-    return result(page)
+def ended(page) -> int:
+    """How many checks the result region has shown the end of (its data-ended)."""
+    return int(page.evaluate("() => document.getElementById('result').dataset.ended || '0'"))
+
+
+def check_and_wait(page, start, state: str = "result"):
+    """Start a check with ``start()`` (a key press, a click); wait for its end; the result region."""
+    before = ended(page)
+    start()
+    page.wait_for_function(f"() => Number(document.getElementById('result').dataset.ended || 0) > {before}",
+                           timeout=TIMEOUT_MS)
+    region = result(page)
+    assert region.get_attribute("data-state") == state, region.inner_text()
+    return region
+
+
+def ctrl_enter(page):
+    return lambda: page.keyboard.press("Control+Enter")
 
 
 def test_type_a_bug_see_it_explained_fix_it_see_it_pass(page, served):
@@ -114,8 +129,7 @@ def test_type_a_bug_see_it_explained_fix_it_see_it_pass(page, served):
     page.keyboard.press("Control+End")
     page.keyboard.press("Enter")
     page.keyboard.type("return (weights @ v).transpose(-2, -1), weights")
-    page.keyboard.press("Control+Enter")
-    panel = wait_result(page)
+    panel = check_and_wait(page, ctrl_enter(page))
     assert "Not yet" in panel.inner_text()
     first = panel.get_by_role("region", name="first failure")
     assert first.locator("p.line").first.inner_text().startswith("shape:")
@@ -129,16 +143,14 @@ def test_type_a_bug_see_it_explained_fix_it_see_it_pass(page, served):
 
     # A values bug: no 1/sqrt(d_k). The mistake is named, with its fix.
     replace_code(page, NO_SCALE)
-    page.keyboard.press("Control+Enter")
-    panel = wait_result(page)
+    panel = check_and_wait(page, ctrl_enter(page))
     mistake = panel.locator("p.line.mistake")
     assert "likely mistake" in mistake.inner_text() and "sqrt(d_k)" in mistake.inner_text()
     assert panel.locator("figure.picture img").count() >= 1 or "values" in panel.inner_text()
 
     # Correct, with the button this time.
     replace_code(page, REFERENCE)
-    page.get_by_role("button", name="Check", exact=True).click()
-    panel = wait_result(page)
+    panel = check_and_wait(page, page.get_by_role("button", name="Check", exact=True).click)
     assert "All tests passed" in panel.inner_text()
     assert path.read_text() == REFERENCE                               # the file is the editor's text
     sync_api.expect(page.get_by_role("navigation", name="exercises")).to_contain_text("passed")
@@ -146,8 +158,7 @@ def test_type_a_bug_see_it_explained_fix_it_see_it_pass(page, served):
 
 def test_what_the_code_prints_stays_text(page, served):
     replace_code(page, PRINTS)
-    page.keyboard.press("Control+Enter")
-    panel = wait_result(page)
+    panel = check_and_wait(page, ctrl_enter(page))
     assert "All tests passed" in panel.inner_text()
     printed = panel.locator("details.printed pre").first
     page.locator("details.printed summary").first.click()
@@ -175,16 +186,17 @@ def test_a_change_on_disk_is_offered_for_reload_never_overwritten(page, served):
 
 def test_cancel_a_check_then_check_again(page, served):
     replace_code(page, LOOPS)
-    page.keyboard.press("Control+Enter")
     cancel = page.get_by_role("button", name="Cancel")
-    cancel.wait_for(state="visible", timeout=TIMEOUT_MS)
-    page.wait_for_function("() => document.querySelector('#result progress') !== null")
-    cancel.click()
-    page.wait_for_function("() => document.getElementById('result').innerText.includes('Check cancelled')",
-                           timeout=30_000)
+
+    def start_then_cancel():
+        page.keyboard.press("Control+Enter")
+        cancel.wait_for(state="visible", timeout=TIMEOUT_MS)
+        page.wait_for_function("() => document.getElementById('result').dataset.state === 'running'")
+        cancel.click()
+
+    assert "Check cancelled" in check_and_wait(page, start_then_cancel, state="message").inner_text()
     replace_code(page, REFERENCE)
-    page.keyboard.press("Control+Enter")
-    assert "All tests passed" in wait_result(page).inner_text()
+    assert "All tests passed" in check_and_wait(page, ctrl_enter(page)).inner_text()
 
 
 def test_hints_and_restoring_the_stub(page, served):

@@ -186,6 +186,29 @@ def test_a_body_over_the_bound_is_refused(served):
     assert _file(served.ws) == before
 
 
+def test_a_chunked_body_over_the_bound_is_refused(served):
+    """No Content-Length to check first: the bound holds while the body is read."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=30)
+    conn.putrequest("PUT", "/api/exercises/attention/file")
+    for k, v in {"Authorization": f"token {served.token}", "Origin": served.base, "Content-Type": "application/json",
+                 "Transfer-Encoding": "chunked"}.items():
+        conn.putheader(k, v)
+    conn.endheaders()
+    before = _file(served.ws)
+    try:
+        for _ in range(20):
+            chunk = b"x" * (64 * 1024)
+            conn.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        conn.send(b"0\r\n\r\n")
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    assert conn.getresponse().status == 413
+    conn.close()
+    assert _file(served.ws) == before
+
+
 @pytest.mark.parametrize("body", [b"[]", b"not json", b'{"text": 3, "base": "x"}', b'{"text": "x"}'])
 def test_a_malformed_body_is_a_clear_400(served, body):
     status, _, text = served.request("PUT", "/api/exercises/attention/file", body)
