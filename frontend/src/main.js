@@ -283,7 +283,7 @@ async function start() {
   const label = $("sandbox-label");
   label.textContent = data.sandbox.isolated
     ? `sandbox: ${data.sandbox.name}`
-    : `NOT ISOLATED (${data.sandbox.name}): ${data.sandbox.note}`;
+    : data.sandbox.note || "NOT ISOLATED: your code runs with your permissions";
   label.className = data.sandbox.isolated ? "isolated" : "not-isolated";
   const wanted = decodeURIComponent(location.hash.slice(1));
   const first = state.exercises.find((ex) => ex.slug === wanted)

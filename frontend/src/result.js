@@ -89,7 +89,7 @@ export function showResult(region, view) {
   out.push(head);
   out.push(el("p", { class: "identity", text: view.identity }));
   if (!view.sandbox.isolated) {
-    out.push(el("p", { class: "warning", role: "note", text: `NOT ISOLATED: ${view.sandbox.note || "this check ran without a sandbox."}` }));
+    out.push(el("p", { class: "warning", role: "note", text: view.sandbox.note || "NOT ISOLATED: this check ran without a sandbox." }));
   }
   for (const warning of view.warnings || []) out.push(el("p", { class: "warning", text: warning }));
   if (view.first) {

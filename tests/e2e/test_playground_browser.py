@@ -146,7 +146,13 @@ def test_type_a_bug_see_it_explained_fix_it_see_it_pass(page, served):
     panel = check_and_wait(page, ctrl_enter(page))
     mistake = panel.locator("p.line.mistake")
     assert "likely mistake" in mistake.inner_text() and "sqrt(d_k)" in mistake.inner_text()
-    assert panel.locator("figure.picture img").count() >= 1 or "values" in panel.inner_text()
+    picture = panel.locator("figure.picture img").first                 # the heatmap, as an image
+    assert picture.get_attribute("src").startswith("data:image/png;base64,")
+    assert page.evaluate("(img) => img.complete && img.naturalWidth > 0", picture.element_handle())
+
+    # Cmd+Enter (a Mac's Ctrl+Enter) checks too.
+    panel = check_and_wait(page, lambda: page.keyboard.press("Meta+Enter"))
+    assert "likely mistake" in panel.locator("p.line.mistake").inner_text()
 
     # Correct, with the button this time.
     replace_code(page, REFERENCE)

@@ -133,6 +133,12 @@ def test_a_form_post_is_refused(served, content_type):
     assert _progress(served.ws) == before
 
 
+def test_the_unisolated_mode_is_labelled(served):
+    status, state = served.json("GET", "/api/state")
+    assert state["sandbox"]["isolated"] is False and "NOT ISOLATED" in state["sandbox"]["note"]
+    assert any("NOT ISOLATED" in line for line in served.printed)
+
+
 def test_the_same_request_from_the_page_is_answered(served):
     status, hint = served.json("POST", "/api/exercises/attention/hint", {})
     assert status == 200 and hint["number"] == 1 and hint["text"]
