@@ -49,3 +49,47 @@ def reference_workspace() -> Path:
     for ex in catalog.load().exercises:
         shutil.copyfile(ex.reference_path, tmp / "ws" / ex.dir / ex.file)
     return tmp / "ws"
+
+
+class TreeMemory:
+    """The peak resident memory of a process and all its descendants, sampled from /proc every
+    ``interval`` seconds while it runs (the sum of their RSS; shared pages counted once per process,
+    so an upper bound). Start it with the process's pid; ``stop()`` returns the peak in bytes."""
+
+    def __init__(self, pid: int, interval: float = 0.1):
+        import threading
+
+        self.pid, self.interval, self.peak = pid, interval, 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _tree_rss(self) -> int:
+        parents, rss = {}, {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                parents[int(entry.name)] = int(stat[1])
+                rss[int(entry.name)] = int(stat[21]) * 4096
+            except (OSError, IndexError, ValueError):
+                continue
+        total = 0
+        for pid in rss:
+            p, hops = pid, 0
+            while p and p != self.pid and hops < 64:
+                p, hops = parents.get(p, 0), hops + 1
+            if p == self.pid:
+                total += rss[pid]
+        return total
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            self.peak = max(self.peak, self._tree_rss())
+            self._done.wait(self.interval)
+
+    def stop(self) -> int:
+        self._done.set()
+        self._thread.join()
+        return self.peak

@@ -1,7 +1,7 @@
 """Batch grading throughput: `lumen-ex grade` beside the naive loop of one `lumen-ex check` per check.
 
     python bench/grade_throughput.py [--students 40] [--jobs 2] [--sandbox bwrap] [--exercise N ...]
-                                     [--no-threads]
+                                     [--no-threads] [--memory-jobs 1,2,4]
 
 Generates a class of --students submissions (each a workspace holding both exercise files), mixing
 correct solutions (reference/ and tests/corpus/*/correct), buggy ones (tests/corpus/*/buggy) and
@@ -16,7 +16,10 @@ with the same seed for every check:
    in one process, to compare threads with processes.
 
 It prints submissions (students) per minute for each and the ratios, and checks that the batch gave
-every check the same verdict and score as the naive loop. Numbers vary with the machine's load:
+every check the same verdict and score as the naive loop. It also prints the batch's cost per
+check and what a class of 1,000 submissions would take at that cost, and, for each N of
+--memory-jobs, the peak resident memory of a `lumen-ex grade --jobs N` run (the command and every
+process under it, sampled from /proc), so that an instructor can choose N. Numbers vary with the machine's load:
 compare the ratio, measured in one run, not the absolute rates.
 """
 
@@ -33,7 +36,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from common import CORPORA, LUMEN_EX, ROOT
+from common import CORPORA, LUMEN_EX, ROOT, TreeMemory
 
 CORPUS = ROOT / "tests" / "corpus"
 HOSTILE = ["sys_exit", "kill_parent", "fake_reply_frame", "monkeypatch_comparisons", "subclass_eq_true",
@@ -82,15 +85,21 @@ def naive(root: Path, students: list[str], exercises: list[str], sandbox: str) -
     return time.perf_counter() - started, verdicts
 
 
-def batch(root: Path, exercises: list[str], sandbox: str, jobs: int) -> tuple[float, dict]:
+def batch(root: Path, exercises: list[str], sandbox: str, jobs: int, memory: list | None = None) -> tuple[float, dict]:
     out = Path(tempfile.mkdtemp(prefix="lumen-bench-grade-"))
     args = [LUMEN_EX, "grade", str(root), "--out", str(out), "--jobs", str(jobs), "--sandbox", sandbox,
             "--seed", str(SEED)]
     for ex in exercises:
         args += ["--exercise", ex]
     started = time.perf_counter()
-    proc = subprocess.run(args, capture_output=True, text=True)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sampler = TreeMemory(proc.pid)
+    stdout, stderr = proc.communicate()
     elapsed = time.perf_counter() - started
+    peak = sampler.stop()
+    if memory is not None:
+        memory.append(peak)
+    proc.stdout, proc.stderr = stdout, stderr
     if proc.returncode not in (0, 3):
         raise SystemExit(f"lumen-ex grade exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr}")
     verdicts = {}
@@ -148,6 +157,8 @@ def main() -> None:
     parser.add_argument("--sandbox", default="bwrap")
     parser.add_argument("--exercise", action="append", default=None)
     parser.add_argument("--no-threads", action="store_true")
+    parser.add_argument("--memory-jobs", default="", help="also grade the class with each of these --jobs "
+                        "(comma-separated) and print each run's peak memory")
     parser.add_argument("--no-naive", action="store_true", help="skip the naive loop (verdicts are then "
                         "compared with the batch's)")
     parser.add_argument("--threads-of", type=Path, default=None, help=argparse.SUPPRESS)
@@ -163,8 +174,10 @@ def main() -> None:
     print(f"class: {len(students)} submissions ({mix['correct']} correct, {mix['buggy']} buggy, "
           f"{mix['hostile']} hostile), exercises {', '.join(exercises)}, sandbox {args.sandbox}, "
           f"{len(students) * len(exercises)} checks", flush=True)
-    batch_s, batch_v = batch(root, exercises, args.sandbox, args.jobs)
-    print(f"batch  lumen-ex grade --jobs {args.jobs}: {batch_s:7.1f} s", flush=True)
+    peaks: list[int] = []
+    batch_s, batch_v = batch(root, exercises, args.sandbox, args.jobs, peaks)
+    print(f"batch  lumen-ex grade --jobs {args.jobs}: {batch_s:7.1f} s, peak memory {peaks[0] / 2**20:,.0f} MiB",
+          flush=True)
     if args.no_naive:
         naive_s, naive_v = None, batch_v
     else:
@@ -190,6 +203,15 @@ def main() -> None:
         if wrong:
             print(f"  threads differ on {wrong[:4]}: " + "; ".join(
                 f"{thread_v.get(k)} instead of {naive_v[k]}" for k in wrong[:4]))
+    checks = len(students) * len(exercises)
+    per_check = batch_s / checks
+    print(f"batch cost per check (--jobs {args.jobs})   {per_check:7.3f} s of wall time; a class of 1,000 submissions x "
+          f"{len(exercises)} exercises: about {per_check * 1000 * len(exercises) / 60:,.0f} min at this rate")
+    for n in [int(x) for x in args.memory_jobs.split(",") if x.strip()]:
+        used: list[int] = []
+        seconds, _ = batch(root, exercises, args.sandbox, n, used)
+        print(f"lumen-ex grade --jobs {n:<2}  peak memory {used[0] / 2**20:7,.0f} MiB   "
+              f"{rate(seconds):7.2f} submissions/min", flush=True)
     if not args.no_naive:
         print(f"verdicts: {len(naive_v) - len(differ)} of {len(naive_v)} checks identical between "
               f"the batch and the naive loop" + (f"; differing: {differ[:6]}" if differ else ""))
