@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from lumen_ex import __version__
 from lumen_ex.core.limits import Limits
@@ -72,7 +73,17 @@ def diagnose() -> Report:
     else:
         add(Finding("device", "cuda", False, "no GPU: checks run on the CPU (GPU tests are skipped, worth 0 points)"))
     add(Finding("device", "cpu", True, f"{platform.machine()}"))
+    add(playground_finding())
     return report
+
+
+def playground_finding() -> Finding:
+    """Whether the page of ``lumen-ex serve`` was built (src/lumen_ex/playground/static, from frontend/)."""
+    static = Path(__file__).resolve().parents[1] / "playground" / "static"
+    if all((static / name).is_file() for name in ("app.js", "app.css")):
+        return Finding("playground", "page", True, "built: lumen-ex serve works")
+    return Finding("playground", "page", False, "not built (no Node.js when lumen-ex was installed)",
+                   "install Node.js 20 and npm, then run ./install.sh again")
 
 
 def docker_findings(avail, state) -> list[Finding]:
