@@ -297,3 +297,33 @@ def test_another_host_is_warned_about(tmp_path):
         assert server.request("GET", "/api/state", host=f"evil.example:{server.port}")[0] == 403
     finally:
         assert server.stop() == 0
+
+
+# -- errors a learner can fix: one line and the next step ---------------------------------------------
+
+
+def _serve_fails(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    from conftest import LUMEN_EX
+
+    return subprocess.run([LUMEN_EX, "serve", "--no-browser", *args], capture_output=True, text=True, timeout=120,
+                          cwd=cwd)
+
+
+def test_no_workspace_is_one_line(tmp_path):
+    proc = _serve_fails("--port", "0", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "lumen-ex init" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_docker_is_refused_with_the_reason(tmp_path):
+    ws = make_workspace(tmp_path)
+    proc = _serve_fails("--port", "0", "--workspace", str(ws.root), "--sandbox", "docker")
+    assert proc.returncode != 0
+    assert "docker is not supported" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_busy_port_is_one_line(tmp_path, served):
+    ws = make_workspace(tmp_path)
+    proc = _serve_fails("--port", str(served.port), "--workspace", str(ws.root), "--sandbox", "none")
+    assert proc.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{served.port}" in proc.stderr and "--port" in proc.stderr

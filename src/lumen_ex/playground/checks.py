@@ -152,23 +152,32 @@ class CheckService:
         self.progress.reset(lambda event: check.publish("progress", event))
         if check.cancelled:          # cancelled while the session was being made
             self.progress.cancelled = True
+        result = None
         try:
             result = session.check_once()
+        except BaseException:  # noqa: BLE001  a cancelled check may end in any exception
+            if not check.cancelled:
+                raise
         finally:
             self.progress.reset(None)
             session.launcher.refuse = False
-        if check.cancelled:
-            check.publish("cancelled", {}, last=True)
-        else:
-            from lumen_ex.feedback.web import web_view
+        try:
+            if check.cancelled:
+                check.publish("cancelled", {}, last=True)
+            else:
+                self._publish(check, session, result)
+        finally:
+            session.prepare_next()   # the next worker imports torch while the learner reads
 
-            if result.status.value != "error":
-                try:
-                    self.workspace.record_check(session.ex.slug, result.status.value, result.score, result.max_score)
-                except OSError as exc:
-                    result.warnings.append(f"your progress was not saved ({exc.strerror or type(exc).__name__})")
-            check.publish("result", {"view": web_view(result), "record": result.to_dict()}, last=True)
-        session.prepare_next()       # the next worker imports torch while the learner reads
+    def _publish(self, check: Check, session, result) -> None:
+        from lumen_ex.feedback.web import web_view
+
+        if result.status.value != "error":
+            try:
+                self.workspace.record_check(session.ex.slug, result.status.value, result.score, result.max_score)
+            except OSError as exc:
+                result.warnings.append(f"your progress was not saved ({exc.strerror or type(exc).__name__})")
+        check.publish("result", {"view": web_view(result), "record": result.to_dict()}, last=True)
 
 
 def _message(exc: BaseException) -> str:
