@@ -1,11 +1,16 @@
 # attack: looks for the grader in sys.modules, imports lumen_ex.reference / lumen_ex.graders, and searches the disk for src/lumen_ex/reference/attention.py to run it as its own answer; wrong answers when nothing is found
 # category: cheating
+# The search stops after 3 s of walking (what it can see depends on the machine: a larger /usr would
+# otherwise make this import run into the call time limit on a loaded machine, a verdict of the load).
 import importlib
 import importlib.util
 import os
 import sys
+import time
 
 import torch
+
+_deadline = time.monotonic() + 3.0
 
 _ref = None
 for name, mod in list(sys.modules.items()):
@@ -22,6 +27,8 @@ for name in ("lumen_ex.reference.attention", "reference.attention", "lumen_ex.gr
 if _ref is None:
     for root in [p for p in sys.path if os.path.isdir(p)] + ["/work", "/workspace", "/opt", "/srv", "/home", "/root", "/usr/lib", "/usr/local"]:
         for dirpath, dirnames, filenames in os.walk(root):
+            if time.monotonic() > _deadline:
+                break
             if dirpath.count(os.sep) > 8:
                 dirnames[:] = []
             if os.path.basename(dirpath) == "reference" and "attention.py" in filenames:
