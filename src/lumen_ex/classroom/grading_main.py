@@ -28,6 +28,7 @@ progress kills its workers (or its container) on the way out.
 
 from __future__ import annotations
 
+import dataclasses
 import select
 import sys
 import time
@@ -149,7 +150,9 @@ def make_prelauncher(inner, on_launch):
         def prelaunch(self, spec) -> None:
             if spec not in self.ready:
                 with _signals_held():
-                    launched = inner.launch(spec)
+                    # started ahead, so it loads what a check would otherwise wait for (WorkerSpec.warm);
+                    # kept under the spec the check will ask for
+                    launched = inner.launch(dataclasses.replace(spec, warm=True))
                     self.ready[spec] = launched
                     self.started.append(launched)
                     on_launch(launched.proc.pid)

@@ -30,11 +30,12 @@ from lumen_ex.sandbox.base import Backend, Launcher, WorkerSpec
 from lumen_ex.sandbox.select import select_backend
 
 
-def worker_spec(ex, workspace: Path, learner_file: Path, device: str) -> WorkerSpec:
+def worker_spec(ex, workspace: Path, learner_file: Path, device: str, *, warm: bool = False) -> WorkerSpec:
     """The sandboxed worker a check of ``ex`` asks for. Watch mode and ``lumen-ex grade`` start
-    workers in advance under this same spec, so that :func:`check_here` takes them as its own."""
+    workers in advance under this same spec (with ``warm``: src/lumen_ex/sandbox/base.py WorkerSpec),
+    so that :func:`check_here` takes them as its own."""
     return WorkerSpec(workspace=workspace, module_dir=learner_file.parent, device=resolve_device(device),
-                      limits=ex.limits)
+                      limits=ex.limits, warm=warm)
 
 
 def run_check(exercise: str | int, *, workspace: Path | None = None, sandbox: str = "auto",

@@ -86,7 +86,7 @@ class WatchSession:
         self.launcher = GuardedLauncher(launcher)
         # The same spec check_here() builds for this exercise, so that the worker made in advance is the
         # worker it would have launched itself.
-        self.spec = worker_spec(self.ex, self.workspace.root, self.file, device)
+        self.spec = worker_spec(self.ex, self.workspace.root, self.file, device, warm=True)
         self.checked: str | None = None     # digest of the content the last check graded
         self.checks = 0
         self.worker_pids: list[int | None] = []   # the kept worker each check used (None: launched then)

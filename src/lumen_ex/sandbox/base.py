@@ -55,6 +55,11 @@ class WorkerSpec:
     module_dir: Path       # the folder holding the learner's module, inside ``workspace``
     device: str = "cpu"    # "cpu" or "cuda"
     limits: Limits = field(default_factory=Limits)
+    # Started in advance (watch, serve, the next job of a grading process): the worker loads torch's
+    # meta-device kernels (about a second) before its hello, while nothing waits for it. A worker
+    # started when a check needs it (a cold check, a replacement after a crash) loads them only if
+    # a test uses the meta device.
+    warm: bool = False
 
 
 @dataclass
@@ -213,10 +218,15 @@ class Launcher(Backend):
         return launched
 
 
-def worker_argv(python: str, worker_dir: str, fds: tuple[int, int], extra_sites: list[str]) -> list[str]:
+WARM_FLAG = "+warm"     # worker.py's flag for WorkerSpec.warm (never a folder: those are absolute paths)
+
+
+def worker_argv(python: str, worker_dir: str, fds: tuple[int, int], extra_sites: list[str],
+                warm: bool = False) -> list[str]:
     # -I: no user site, no PYTHON* variables, no script folder on sys.path; -B: no .pyc files;
     # -u: unbuffered, so prints reach the output pipe in the order they were made.
-    return [python, "-I", "-B", "-u", f"{worker_dir}/worker.py", "fds", str(fds[0]), str(fds[1]), *extra_sites]
+    return [python, "-I", "-B", "-u", f"{worker_dir}/worker.py", "fds", str(fds[0]), str(fds[1]),
+            *([WARM_FLAG] if warm else []), *extra_sites]
 
 
 @dataclass(frozen=True)

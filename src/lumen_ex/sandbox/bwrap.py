@@ -91,7 +91,7 @@ class BwrapLauncher(Launcher):
         args += ["--ro-bind", binds.source(inside_dir()), "/lumen"]   # the worker and wire files alone
         args += ["--ro-bind", binds.source(spec.workspace.resolve()), "/workspace"]
         args += ["--remount-ro", "/", "--chdir", "/tmp", "--"]   # else bwrap's root tmpfs (/, /etc, ...) is writable
-        args += worker_argv(runtime.python, "/lumen", fds, list(runtime.extra_sites))
+        args += worker_argv(runtime.python, "/lumen", fds, list(runtime.extra_sites), warm=spec.warm)
         return args
 
 

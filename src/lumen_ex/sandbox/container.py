@@ -104,7 +104,7 @@ class ContainerLauncher(Launcher):
 
     def command(self, spec: WorkerSpec, fds: tuple[int, int]) -> Command:
         runtime = python_runtime()
-        argv = worker_argv(runtime.python, str(inside_dir()), fds, list(runtime.extra_sites))
+        argv = worker_argv(runtime.python, str(inside_dir()), fds, list(runtime.extra_sites), warm=spec.warm)
         return Command(argv, str(spec.module_dir.resolve()), cwd="/tmp", cleanup=self.kill_worker_processes)
 
     def kill_worker_processes(self, wait: float = 5.0) -> None:

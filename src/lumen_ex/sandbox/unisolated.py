@@ -39,6 +39,6 @@ class UnisolatedLauncher(Launcher):
     def command(self, spec: WorkerSpec, fds: tuple[int, int]) -> Command:
         runtime = python_runtime()
         scratch = tempfile.mkdtemp(prefix="lumen-ex-worker-")
-        argv = worker_argv(runtime.python, str(inside_dir()), fds, list(runtime.extra_sites))
+        argv = worker_argv(runtime.python, str(inside_dir()), fds, list(runtime.extra_sites), warm=spec.warm)
         return Command(argv, str(spec.module_dir.resolve()), cwd=scratch,
                        cleanup=lambda: shutil.rmtree(scratch, ignore_errors=True))

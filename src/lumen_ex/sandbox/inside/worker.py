@@ -48,11 +48,27 @@ def _wire_module():
     return importlib.import_module(f"{PACKAGE}.wire")
 
 
+def _load_meta_kernels() -> None:
+    """torch loads its meta-device kernels (torch._meta_registrations, torch._decomp: about a second)
+    on the first meta operation, and the hidden suites check devices on meta. A worker started in
+    advance (``+warm``: watch, serve, a grading process's next job) does it here, before its hello
+    and before any learner code, so that the check it serves does not wait for it. Loading them sets
+    variables of torch's own (TORCHINDUCTOR_CACHE_DIR); the learner's code sees the environment as
+    the sandbox made it, so those are taken out again."""
+    environment = dict(os.environ)
+    on_meta = torch.arange(2, device="meta")
+    (on_meta[:, None] <= on_meta[None, :]).sum()
+    for name in set(os.environ) - set(environment):
+        del os.environ[name]
+
+
 def main(argv: list[str]) -> int:
     if argv[1:2] == ["fds"]:
         req_fd, rep_fd, extra_sites = int(argv[2]), int(argv[3]), argv[4:]
+        warm = extra_sites[:1] == ["+warm"]        # sandbox/base.py WARM_FLAG
+        extra_sites = extra_sites[1:] if warm else extra_sites
     else:  # stdio: keep the real stdin/stdout for frames, send learner prints to stderr
-        req_fd, rep_fd, extra_sites = os.dup(0), os.dup(1), argv[2:]
+        req_fd, rep_fd, extra_sites, warm = os.dup(0), os.dup(1), argv[2:], False
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(2, 1)
@@ -61,17 +77,8 @@ def main(argv: list[str]) -> int:
     wire = _wire_module()
     import torch
 
-    # torch loads its meta-device kernels (torch._meta_registrations, torch._decomp: about a second)
-    # on the first meta operation, and the hidden suites check devices on meta. Loaded here, before
-    # the hello and before any learner code: a worker started in advance (watch, serve) has paid it
-    # before the check begins, and no test's time or memory includes it.
-    # Loading them sets variables of torch's own (TORCHINDUCTOR_CACHE_DIR): the learner's code sees
-    # the environment as the sandbox made it, so those are taken out again.
-    environment = dict(os.environ)
-    on_meta = torch.arange(2, device="meta")
-    (on_meta[:, None] <= on_meta[None, :]).sum()
-    for name in set(os.environ) - set(environment):
-        del os.environ[name]
+    if warm:
+        _load_meta_kernels()
     send(rep_fd, {"hello": True, "protocol": wire.PROTOCOL_VERSION, "pid": os.getpid(),
                   "torch": torch.__version__, "cuda": torch.cuda.is_available()})
     parser = wire.FrameParser()
