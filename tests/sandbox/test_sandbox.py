@@ -120,12 +120,13 @@ PROBES = textwrap.dedent('''
 ''')
 
 
-def pool_for(tmp_path: Path, launcher, limits: Limits = Limits(), call_timeout: float = 30.0) -> LearnerModule:
+def pool_for(tmp_path: Path, launcher, limits: Limits = Limits(), call_timeout: float = 30.0,
+             warm: bool = False) -> LearnerModule:
     ws = tmp_path / "ws"
     (ws / "probe").mkdir(parents=True)
     (ws / "probe" / "probe_mod.py").write_text(PROBES)
     (ws / "probe" / "other.txt").write_text("learner file")
-    spec = WorkerSpec(workspace=ws, module_dir=ws / "probe", device="cpu", limits=limits)
+    spec = WorkerSpec(workspace=ws, module_dir=ws / "probe", device="cpu", limits=limits, warm=warm)
     names = ["facts", "try_connect", "try_resolve", "try_write", "try_read", "listdir", "fork_bomb",
              "daemon", "eat_memory", "spin", "write_big"]
     pool = WorkerPool(launcher, spec, module="probe_mod", functions=names, call_timeout=call_timeout)
@@ -164,8 +165,15 @@ def test_unprivileged_without_capabilities(bwrap):
 
 
 @requires_bwrap
-def test_own_pid_namespace_and_clean_environment(bwrap, monkeypatch):
-    facts = json.loads(bwrap.facts())
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "started-in-advance"])
+def test_own_pid_namespace_and_clean_environment(tmp_path, warm):
+    """Also for a worker started in advance, which loads torch's meta kernels before its hello
+    (and torch then sets variables of its own: worker.py takes them out again)."""
+    sub = pool_for(tmp_path, BwrapLauncher(), warm=warm)
+    try:
+        facts = json.loads(sub.facts())
+    finally:
+        sub.pool.close()
     assert len(facts["pids"]) <= 3, facts["pids"]          # bwrap's init, the worker, nothing else
     assert set(facts["env"]) <= {"PATH", "HOME", "LANG", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                  "PYTHONHASHSEED", "PYTHONUNBUFFERED", "PWD", "LC_CTYPE"}

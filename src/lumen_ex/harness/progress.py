@@ -1,7 +1,7 @@
 """Per-test progress of a running check, for views that show it live (``lumen-ex serve``).
 
 A :class:`Progress` is a pytest plugin: after collection it reports how many tests there are, and
-after each test how many have run and the last one's name and outcome. It only tells; the
+after each test how many have run and the last one's name. It only tells; the
 verdict is still the result record's (src/lumen_ex/harness/plugin.py). ``listener`` is set per check
 (None: nobody listens) and ``cancelled`` ends the run before its next test starts.
 """

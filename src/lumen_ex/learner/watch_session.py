@@ -84,8 +84,8 @@ class WatchSession:
         self.debounce, self.poll_interval = debounce, poll_interval
         launcher, self.warning = watch_launcher(sandbox)
         self.launcher = GuardedLauncher(launcher)
-        # The same spec check_here() builds for this exercise, so that the worker made in advance is the
-        # worker it would have launched itself.
+        # The spec check_here() builds for this exercise, so that the worker made in advance is the
+        # worker it would have launched itself; warm: it loads what a check would wait for before its hello.
         self.spec = worker_spec(self.ex, self.workspace.root, self.file, device, warm=True)
         self.checked: str | None = None     # digest of the content the last check graded
         self.checks = 0

@@ -99,8 +99,8 @@ class Guard:
         if not self.host_ok(host):
             await _plain(secure, 403, "refused: this server answers only requests for its own address (Host header)")
             return
-        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
-        from_query = query.get("token")
+        query = parse_qsl(scope.get("query_string", b"").decode("latin-1"))
+        from_query = dict(query).get("token")
         cookies = SimpleCookie()
         try:
             cookies.load(headers.get("cookie", ""))
@@ -119,8 +119,7 @@ class Guard:
                 return
         if self.token_ok(from_query) and method in SAFE_METHODS:
             # The printed link: keep the token in a cookie, and take it out of the address bar.
-            rest = urlencode([(k, v) for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1"))
-                              if k != "token"])
+            rest = urlencode([(k, v) for k, v in query if k != "token"])
             location = scope.get("path", "/") + (f"?{rest}" if rest else "")
             cookie = f"{self.cookie}={self.token}; Path=/; HttpOnly; SameSite=Strict"
             await secure({"type": "http.response.start", "status": 303,

@@ -47,10 +47,9 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def url_of(host: str, port: int, token: str) -> str:
-    shown = "127.0.0.1" if host in ("127.0.0.1", "0.0.0.0") else (f"[{host}]" if ":" in host else host)
-    if host == "::":
-        shown = "[::1]"
-    return f"http://{shown}:{port}/?token={token}"
+    """The link to print: bound to every address, this machine's own (loopback) address."""
+    shown = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    return f"http://{f'[{shown}]' if ':' in shown else shown}:{port}/?token={token}"
 
 
 def serve(*, workspace: Path | None = None, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
