@@ -51,12 +51,26 @@ def reference_workspace() -> Path:
     return tmp / "ws"
 
 
-class TreeMemory:
-    """The peak resident memory of a process and all its descendants, sampled from /proc every
-    ``interval`` seconds while it runs (the sum of their RSS; shared pages counted once per process,
-    so an upper bound). Start it with the process's pid; ``stop()`` returns the peak in bytes."""
+def _pss(pid: int, rss: int) -> int:
+    """A process's proportional set size in bytes, or ``rss`` where it cannot be read."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return rss
 
-    def __init__(self, pid: int, interval: float = 0.1):
+
+class TreeMemory:
+    """The peak memory of a process and all its descendants, sampled from /proc every ``interval``
+    seconds while it runs: the sum of their proportional set sizes (PSS: a page shared by n
+    processes counts 1/n in each, so torch's pages, shared by a zygote and the workers forked from
+    it, count once), or of their RSS where smaps_rollup cannot be read (shared pages then counted
+    once per process: an upper bound). Start it with the process's pid; ``stop()`` returns the peak
+    in bytes."""
+
+    def __init__(self, pid: int, interval: float = 0.2):
         import threading
 
         self.pid, self.interval, self.peak = pid, interval, 0
@@ -81,7 +95,7 @@ class TreeMemory:
             while p and p != self.pid and hops < 64:
                 p, hops = parents.get(p, 0), hops + 1
             if p == self.pid:
-                total += rss[pid]
+                total += _pss(pid, rss[pid])
         return total
 
     def _run(self) -> None:

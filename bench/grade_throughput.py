@@ -18,7 +18,7 @@ with the same seed for every check:
 It prints submissions (students) per minute for each and the ratios, and checks that the batch gave
 every check the same verdict and score as the naive loop. It also prints the batch's cost per
 check and what a class of 1,000 submissions would take at that cost, and, for each N of
---memory-jobs, the peak resident memory of a `lumen-ex grade --jobs N` run (the command and every
+--memory-jobs, the peak memory (PSS) of a `lumen-ex grade --jobs N` run (the command and every
 process under it, sampled from /proc), so that an instructor can choose N. Numbers vary with the machine's load:
 compare the ratio, measured in one run, not the absolute rates.
 """

@@ -22,6 +22,7 @@ from conftest import REFERENCES, requires_bwrap
 
 from lumen_ex.harness.client import WorkerCrashed, WorkerFailure, WorkerPool
 from lumen_ex.harness.proxy import LearnerModule
+from lumen_ex.sandbox import zygote as zygotes
 from lumen_ex.sandbox.base import WorkerSpec
 from lumen_ex.sandbox.bwrap import BwrapLauncher
 from lumen_ex.sandbox.cgroups import Cgroup, Limits
@@ -135,19 +136,45 @@ def pool_for(tmp_path: Path, launcher, limits: Limits = Limits(), call_timeout: 
     return sub
 
 
-@pytest.fixture
-def bwrap(tmp_path):
-    sub = pool_for(tmp_path, BwrapLauncher())
+@pytest.fixture(scope="module")
+def zygote():
+    """One zygote for the whole module, as a grading process keeps one for all its checks: every
+    forked worker below is another submission's, from the same zygote."""
+    if not BwrapLauncher.availability().ok or not zygotes.supported():
+        pytest.skip("no bwrap zygote here")
+    launcher = zygotes.ZygoteLauncher(BwrapLauncher())
+    yield launcher
+    launcher.close()
+
+
+def _launcher(kind: str, request):
+    if kind in ("bwrap", "forked") and not BwrapLauncher.availability().ok:
+        pytest.skip(BwrapLauncher.availability().reason)
+    if kind == "forked":
+        return request.getfixturevalue("zygote")
+    return BwrapLauncher() if kind == "bwrap" else UnisolatedLauncher()
+
+
+def _check_forked(sub, kind: str) -> None:
+    if kind == "forked":   # the test must grade a forked worker, not the fallback's fresh one
+        assert isinstance(sub.pool.worker.launched.proc, zygotes.ForkedProcess)
+
+
+@pytest.fixture(params=["bwrap", "forked"])
+def bwrap(request, tmp_path):
+    """A bwrap worker: started on its own, or forked from a zygote (src/lumen_ex/sandbox/zygote.py)."""
+    sub = pool_for(tmp_path, _launcher(request.param, request))
+    sub.facts()   # started
+    _check_forked(sub, request.param)
     yield sub
     sub.pool.close()
 
 
-@pytest.fixture(params=["bwrap", "none"])
+@pytest.fixture(params=["bwrap", "forked", "none"])
 def any_sandbox(request, tmp_path):
-    if request.param == "bwrap" and not BwrapLauncher.availability().ok:
-        pytest.skip(BwrapLauncher.availability().reason)
-    launcher = BwrapLauncher() if request.param == "bwrap" else UnisolatedLauncher()
-    sub = pool_for(tmp_path, launcher)
+    sub = pool_for(tmp_path, _launcher(request.param, request))
+    sub.facts()
+    _check_forked(sub, request.param)
     yield sub
     sub.pool.close()
 

@@ -15,7 +15,8 @@ typed by src/lumen_ex/classroom/messages.py:
     {"done": ID, "result": {...}}        the result document (RunResult.to_dict())
 
 The coordinator keeps up to two jobs queued here. While the first is graded, the sandboxed worker
-of the second is already started, so its torch import overlaps the first one's tests.
+of the second is already started. Under bwrap, workers are forked from a zygote of this process's
+own, which imported torch once (src/lumen_ex/sandbox/zygote.py): no check waits for a torch import.
 
 SANDBOX is ``bwrap``, ``none`` or ``docker:<image>`` (already chosen, and refused or allowed, by the
 coordinator). TAG only labels the process (the output folder), so that it can be found in ``ps``.
@@ -29,6 +30,7 @@ progress kills its workers (or its container) on the way out.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import select
 import sys
 import time
@@ -54,8 +56,10 @@ from lumen_ex.core.results import SandboxInfo, grader_error, one_line
 from lumen_ex.harness.check import run_check
 from lumen_ex.harness.check import worker_spec as check_worker_spec
 from lumen_ex.sandbox.base import Availability, Launcher
+from lumen_ex.sandbox.bwrap import BwrapLauncher
 from lumen_ex.sandbox.processes import ignore_stop_signals, signals_interrupt
 from lumen_ex.sandbox.select import from_spec
+from lumen_ex.sandbox.zygote import ZygoteLauncher
 
 STOPPING = False
 _HOLD = 0           # > 0 while a worker is being started (see _signals_held)
@@ -123,6 +127,12 @@ class _signals_held:
         return False
 
 
+def forking(backend):
+    """bwrap's workers forked from a warm zygote of this process's own
+    (src/lumen_ex/sandbox/zygote.py); any other backend as it is."""
+    return ZygoteLauncher(backend) if isinstance(backend, BwrapLauncher) else backend
+
+
 def make_prelauncher(inner, on_launch):
     """A launcher that hands out a worker started ahead of time when the spec matches."""
 
@@ -165,11 +175,14 @@ def make_prelauncher(inner, on_launch):
             self.started = [w for w in self.started if id(w) in kept]   # the others are the checks' own
 
         def discard(self) -> None:
-            """Kill every worker this process started that may still run (Launched.kill is idempotent)."""
+            """Kill every worker this process started that may still run (Launched.kill is idempotent),
+            and the zygote they were forked from."""
             for launched in [*self.ready.values(), *self.started]:
                 launched.kill()
             self.ready.clear()
             self.started.clear()
+            if isinstance(inner, ZygoteLauncher):
+                inner.close()
 
         def launch(self, spec):
             launched = self.ready.pop(spec, None)
@@ -186,11 +199,23 @@ def make_prelauncher(inner, on_launch):
     return Prelauncher()
 
 
-def grade_one(job: JobRequest, launcher) -> dict:
+def _warm_up(inner, job: JobRequest) -> None:
+    """Before the first job: start the zygote (if any), then import the harness here (torch and
+    pytest with it) while the zygote imports its own torch."""
+    if isinstance(inner, ZygoteLauncher):
+        try:
+            inner.start(job_worker_spec(job))
+        except Exception:  # noqa: BLE001  the first launch starts it (or falls back) instead
+            pass
+    from lumen_ex.harness import client, plugin, proxy, runner  # noqa: F401  (they import torch and pytest)
+
+
+def grade_one(job: JobRequest, launcher, sessions=None) -> dict:
+    """One job's result document; ``sessions``: the process's kept pytest sessions, if it keeps them."""
     started = time.monotonic()
     try:
         result = run_check(job.exercise, workspace=Path(job.workspace), seed=job.seed,
-                           device=job.device, record=False, launcher=launcher)
+                           device=job.device, record=False, launcher=launcher, run_tests=sessions)
     except LumenError as exc:
         return job_error_document(catalog.load().find(job.exercise), str(exc), job, launcher, started)
     except Exception as exc:  # noqa: BLE001  every job gets a document
@@ -219,8 +244,10 @@ def serve(channel: Channel, sandbox: str) -> int:
     launcher = None
     warm = False        # whether this backend's workers can be started in advance (not docker's)
     queue: deque[Request] = deque()
+    frozen = False
+    sessions = None     # the kept pytest sessions (src/lumen_ex/harness/kept_session.py), when workers are ours
     try:
-        inner = from_spec(sandbox)
+        inner = forking(from_spec(sandbox))
         warm = inner.keeps_workers
         launcher = make_prelauncher(inner, lambda pid: channel.send(WorkerPid(pid))) if warm else inner
         channel.send(Ready())   # torch is imported with the first job, while its worker starts
@@ -232,6 +259,8 @@ def serve(channel: Channel, sandbox: str) -> int:
             if not isinstance(job, JobRequest):
                 return 0
             channel.send(Started(job.id))
+            if not frozen:
+                _warm_up(inner, job)
             upcoming = next((j for j in queue if isinstance(j, JobRequest)), None)
             upcoming_spec = None
             if warm:
@@ -244,7 +273,15 @@ def serve(channel: Channel, sandbox: str) -> int:
                         continue
                     if j is upcoming:
                         upcoming_spec = spec
-            document = grade_one(job, launcher)
+            if warm and sessions is None:
+                from lumen_ex.harness.kept_session import KeptSessions  # lazy: imports pytest and torch
+
+                sessions = KeptSessions()
+            document = grade_one(job, launcher, sessions)
+            if not frozen:      # torch, pytest, the harness and the suites are imported now, for good:
+                gc.collect()    # keep the garbage collector off them for every later job
+                gc.freeze()
+                frozen = True
             if warm:
                 launcher.keep({upcoming_spec} if upcoming_spec is not None else set())
             if STOPPING:    # pytest turns an interrupt into a short run: never report it as a result
@@ -257,6 +294,8 @@ def serve(channel: Channel, sandbox: str) -> int:
     finally:
         if launcher is not None and warm:
             launcher.discard()
+        if sessions is not None:
+            sessions.close()
 
 
 if __name__ == "__main__":

@@ -147,6 +147,6 @@ def kill_worker_group(pid: int) -> None:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return
-    if b"worker.py" not in cmdline:
+    if b"worker.py" not in cmdline and b"zygote.py" not in cmdline:
         return
     processes.kill_group(pid)

@@ -40,11 +40,13 @@ def worker_spec(ex, workspace: Path, learner_file: Path, device: str, *, warm: b
 
 def run_check(exercise: str | int, *, workspace: Path | None = None, sandbox: str = "auto",
               seed: int | None = None, device: str = "auto", record: bool = True,
-              select: str | None = None, launcher: Backend | None = None) -> RunResult:
+              select: str | None = None, launcher: Backend | None = None, run_tests=None) -> RunResult:
     """Grade ``exercise`` in ``workspace`` (found from the current folder when None).
 
     ``launcher`` overrides ``sandbox``: the grader image's entry point passes the launcher that
     starts workers as the container's worker user (src/lumen_ex/sandbox/container.py).
+    ``run_tests``: as for :func:`check_here` (a grading process passes its kept pytest sessions,
+    src/lumen_ex/harness/kept_session.py).
     """
     started = time.monotonic()
     check_device(device)
@@ -58,7 +60,7 @@ def run_check(exercise: str | int, *, workspace: Path | None = None, sandbox: st
     if backend is None:
         backend, warning = select_backend(sandbox)
     result = backend.run_check(ex, ws.root, learner_file, seed=seed, device=device, select=select, note=warning,
-                               check_here=functools.partial(check_here, started=started))
+                               check_here=functools.partial(check_here, started=started, run_tests=run_tests))
     if record and result.status is not Status.ERROR:
         try:
             ws.record_check(ex.slug, result.status.value, result.score, result.max_score)
@@ -70,13 +72,14 @@ def run_check(exercise: str | int, *, workspace: Path | None = None, sandbox: st
 
 def check_here(ex, workspace: Path, learner_file: Path, launcher: Launcher, *, seed: int, device: str,
           select: str | None = None, started: float | None = None, warning: str = "",
-          first=None, lean: bool = False, run_tests=None) -> RunResult:
+          first=None, lean: bool = True, run_tests=None) -> RunResult:
     """Run the hidden suite of ``ex`` in this process against workers started by ``launcher``.
 
     ``first``: a worker already launched for this check (a ``Launched``, or a ``harness.client.Worker``
     whose hello may already have been read), used instead of launching one; ``lumen-ex watch``
     keeps one ready between saves (src/lumen_ex/learner/prewarm.py). It is killed when the check ends.
-    ``lean``: run pytest without the plugins no suite needs (src/lumen_ex/harness/runner.py LEAN_DISABLED).
+    ``lean``: run pytest without the plugins no suite needs (src/lumen_ex/harness/runner.py LEAN_DISABLED);
+    every check does, the same whoever asks for it, so that every way of grading gives the same verdicts.
     ``run_tests``: called instead of ``_run_tests`` with the same arguments (watch mode runs a
     pytest session collected in advance).
     """
@@ -147,7 +150,7 @@ def _confirm_device(pool, wanted: str, device: str) -> str:
 
 
 def _run_tests(ex, pool, learner_file: Path, *, seed: int, device: str, select: str | None,
-               lean: bool = False):
+               lean: bool = True):
     # lazy: they import torch and pytest, which this module must not before the worker's launch
     from lumen_ex.harness.proxy import LearnerModule
     from lumen_ex.harness.runner import run_suite

@@ -32,6 +32,13 @@ class GradingPlugin:
         self.order: list[str] = []
         self.collect_errors: list[str] = []
 
+    def begin(self, learner: LearnerModule) -> None:
+        """Record a new run, against ``learner`` (a kept session's next submission,
+        src/lumen_ex/harness/kept_session.py); what collection found stays."""
+        self._learner = learner
+        self.results = {}
+        self.order = []
+
     # -- fixtures -----------------------------------------------------------------------------
 
     @pytest.fixture
@@ -62,6 +69,14 @@ class GradingPlugin:
 
     def pytest_configure(self, config) -> None:
         config.addinivalue_line("markers", "group(name): the scoring group of a test (see the catalogue)")
+
+    def pytest_collection_modifyitems(self, items) -> None:
+        # A failed test's verdict and diagnosis come from its exception (pytest_runtest_makereport
+        # below), never from pytest's formatted traceback, which no view shows. Formatting one
+        # parses the source of every frame (0.05 s a failure, most of a buggy file's check), so
+        # each test's report carries the exception's one line instead.
+        for item in items:
+            item.repr_failure = _brief_failure
 
     def pytest_collectreport(self, report) -> None:
         if report.failed:
@@ -166,6 +181,11 @@ def import_failure(exc: ImportFailed) -> Diagnosis:
         diag = Diagnosis("import", f"importing your file raised {exc.type}: {exc.message}"[:400],
                          details=diag.details)
     return diag
+
+
+def _brief_failure(excinfo, *args, **kwargs) -> str:
+    """What stands in a report for pytest's formatted traceback: the exception's last line."""
+    return excinfo.exconly()[:2000]
 
 
 def _cap(text: str, limit: int = 8192) -> str:

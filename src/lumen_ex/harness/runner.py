@@ -7,6 +7,7 @@ learner's files are never on pytest's path: their code exists only in the worker
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -25,24 +26,27 @@ GRADERS = Path(__file__).resolve().parents[1] / "graders"
 
 
 # pytest's own plugins that no hidden suite needs and that cost time on every run (the logging
-# plugin alone is a third of a warm run): ``lean`` runs (lumen-ex watch) leave them out. Fixture
-# providers a suite might use (tmp_path, monkeypatch, recwarn, capsys) stay; nothing here changes
-# a verdict (unraisable/thread exceptions only ever become warnings, which are not recorded).
+# plugin alone is a third of a warm run): ``lean`` runs (every check, unless asked otherwise) leave
+# them out. Fixture providers a suite might use (tmp_path, monkeypatch, recwarn, capsys) stay, and so
+# does the logging plugin for a suite that mentions its ``caplog`` fixture; nothing here changes a
+# verdict (unraisable/thread exceptions only ever become warnings, which are not recorded).
 LEAN_DISABLED = ("logging", "junitxml", "pastebin", "doctest", "legacypath", "setuponly", "setupplan",
                  "unittest", "debugging", "faulthandler", "unraisableexception", "threadexception",
                  "subtests")
 
 
-def run_suite(ex: Exercise, learner: LearnerModule, *, seed: int, device: str,
-              select: str | None = None, lean: bool = False,
-              plugins: tuple = ()) -> tuple[list[TestResult], list[str]]:
+def run_suite(ex: Exercise, learner: LearnerModule | None, *, seed: int, device: str,
+              select: str | None = None, lean: bool = True, plugins: tuple = (),
+              grading: GradingPlugin | None = None) -> tuple[list[TestResult], list[str]]:
     """Run the suite; return its results in file order and any collection errors.
 
     ``lean``: leave out the pytest plugins in LEAN_DISABLED (same verdicts, less time per run).
     ``plugins``: more plugin objects for this session (lumen-ex watch uses one that holds the
     session at its run loop, collected in advance, until the learner's next save).
+    ``grading``: the GradingPlugin to record with, instead of a new one for ``learner``
+    (src/lumen_ex/harness/kept_session.py gives each run its learner).
     """
-    plugin = GradingPlugin(learner, seed=seed, device=device, suite=ex.suite)
+    plugin = grading or GradingPlugin(learner, seed=seed, device=device, suite=ex.suite)
     here = ex.suite_dir
     args = [
         str(here),
@@ -54,7 +58,8 @@ def run_suite(ex: Exercise, learner: LearnerModule, *, seed: int, device: str,
     if select:
         args += ["-k", select]
     if lean:
-        args += [arg for name in LEAN_DISABLED for arg in ("-p", f"no:{name}")]
+        left_out = [name for name in LEAN_DISABLED if name != "logging" or not _uses_caplog(here)]
+        args += [arg for name in left_out for arg in ("-p", f"no:{name}")]
     # No plugin autoloading, and nothing from the environment that adds options or plugins.
     forced = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": None, "PYTEST_PLUGINS": None}
     saved = {name: os.environ.get(name) for name in forced}
@@ -69,6 +74,12 @@ def run_suite(ex: Exercise, learner: LearnerModule, *, seed: int, device: str,
     if not results and not plugin.collect_errors:
         plugin.collect_errors.append(f"no tests were collected from {here}")
     return results, plugin.collect_errors
+
+
+@functools.lru_cache(maxsize=64)
+def _uses_caplog(suite_dir: Path) -> bool:
+    """Whether a suite names pytest's ``caplog`` fixture (then its logging plugin stays on)."""
+    return any("caplog" in path.read_text(errors="replace") for path in sorted(suite_dir.rglob("*.py")))
 
 
 def _set_env(name: str, value: str | None) -> None:

@@ -28,8 +28,10 @@ from lumen_ex.core.results import RunResult
 from lumen_ex.sandbox.cgroups import Enforcement
 from lumen_ex.sandbox.processes import kill_group, reap
 
-# The files of lumen_ex/sandbox/inside a worker runs from (the folder is bound whole, read-only).
-WORKER_FILES = ("worker.py", "wire.py", "wire_limits.py", "wire_decode.py", "wire_replies.py")
+# The files of lumen_ex/sandbox/inside a worker runs from (the folder is bound whole, read-only): the
+# worker, the wire format, and the zygote that forks workers with its system calls (zygote.py, confine.py).
+WORKER_FILES = ("worker.py", "wire.py", "wire_limits.py", "wire_decode.py", "wire_replies.py", "zygote.py",
+                "confine.py")
 # The environment a worker sees: nothing from the host, one thread, a private home.
 WORKER_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",

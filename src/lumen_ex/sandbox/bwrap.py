@@ -48,22 +48,39 @@ class BwrapLauncher(Launcher):
 
     def command(self, spec: WorkerSpec, fds: tuple[int, int]) -> Command:
         runtime = python_runtime()
+        worker = worker_argv(runtime.python, "/lumen", fds, list(runtime.extra_sites), warm=spec.warm)
+        module_path = "/workspace/" + str(spec.module_dir.resolve().relative_to(spec.workspace.resolve()))
+        return self._command(spec, runtime, worker, module_path.rstrip("/."))
+
+    def zygote_command(self, spec: WorkerSpec, control_fd: int) -> Command:
+        """A zygote for workers like ``spec`` (src/lumen_ex/sandbox/zygote.py): the same sandbox as a
+        worker's, but with no workspace (each forked worker gets its own copy), a /dev of plain
+        device nodes, and CAP_SYS_ADMIN in the sandbox's user namespace, which the zygote needs to
+        give each worker namespaces and mounts of its own and which no worker keeps."""
+        runtime = python_runtime()
+        zygote = [runtime.python, "-I", "-B", "-u", "/lumen/zygote.py", str(control_fd), *runtime.extra_sites]
+        return self._command(spec, runtime, zygote, "", zygote=True)
+
+    def _command(self, spec: WorkerSpec, runtime, program: list[str], module_path: str,
+                 zygote: bool = False) -> Command:
         binds = _Binds(staged=os.geteuid() == 0)
         try:
-            args = self._bwrap_args(spec, fds, runtime, binds)
+            args = self._bwrap_args(spec, runtime, binds, program, zygote)
         except BaseException:
             binds.cleanup()
             raise
-        module_path = "/workspace/" + str(spec.module_dir.resolve().relative_to(spec.workspace.resolve()))
-        return Command(binds.wrap(args), module_path.rstrip("/."), cleanup=binds.cleanup)
+        return Command(binds.wrap(args), module_path, cleanup=binds.cleanup)
 
-    def _bwrap_args(self, spec: WorkerSpec, fds: tuple[int, int], runtime, binds: _Binds) -> list[str]:
+    def _bwrap_args(self, spec: WorkerSpec, runtime, binds: _Binds, program: list[str], zygote: bool) -> list[str]:
         args = [
             "bwrap",
             "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
-            "--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--hostname", "lumen-sandbox", "--clearenv",
         ]
+        # The zygote's workers may not make user namespaces either: a seccomp filter of their own
+        # forbids it (inside/confine.py), as --disable-userns would also forbid the zygote's unshare.
+        args += ["--cap-add", "CAP_SYS_ADMIN"] if zygote else ["--disable-userns"]
         for key, value in WORKER_ENV.items():
             args += ["--setenv", key, value]
         args += ["--ro-bind", "/usr", "/usr"]
@@ -73,7 +90,10 @@ class BwrapLauncher(Launcher):
             elif os.path.isdir(top):
                 args += ["--ro-bind", top, top]
         args += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
-        args += ["--proc", "/proc", "--dev", "/dev"]
+        args += ["--proc", "/proc"]
+        # bwrap's --dev mounts a devpts, for which it nests a second user namespace, and the mounts
+        # a forked worker inherits from there are locked (it could not mount its own /proc).
+        args += _plain_dev() if zygote else ["--dev", "/dev"]
         # Kernel settings are read-only even where the worker's uid could write them (second line:
         # the worker is never host root, see _Binds).
         args += ["--ro-bind", "/proc/sys", "/proc/sys"]
@@ -89,10 +109,23 @@ class BwrapLauncher(Launcher):
         if spec.device == "cuda":
             args += _cuda_args()
         args += ["--ro-bind", binds.source(inside_dir()), "/lumen"]   # the worker and wire files alone
-        args += ["--ro-bind", binds.source(spec.workspace.resolve()), "/workspace"]
+        if zygote:
+            args += ["--dir", "/workspace"]    # each forked worker mounts its own copy here
+        else:
+            args += ["--ro-bind", binds.source(spec.workspace.resolve()), "/workspace"]
         args += ["--remount-ro", "/", "--chdir", "/tmp", "--"]   # else bwrap's root tmpfs (/, /etc, ...) is writable
-        args += worker_argv(runtime.python, "/lumen", fds, list(runtime.extra_sites), warm=spec.warm)
-        return args
+        return args + program
+
+
+def _plain_dev() -> list[str]:
+    """A /dev of the usual device nodes and links, without bwrap's devpts (see _bwrap_args)."""
+    args = ["--tmpfs", "/dev"]
+    for node in ("null", "zero", "full", "random", "urandom", "tty"):
+        args += ["--dev-bind", f"/dev/{node}", f"/dev/{node}"]
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        args += ["--symlink", target, f"/dev/{name}"]
+    return args + ["--dir", "/dev/shm"]
 
 
 class _Binds:

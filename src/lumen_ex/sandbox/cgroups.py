@@ -94,10 +94,13 @@ class Cgroup:
 
     def add_self(self) -> None:
         """Move the calling process into this cgroup (run in the child before exec)."""
-        pid = str(os.getpid())
+        self.add(os.getpid())
+
+    def add(self, pid: int) -> None:
+        """Move process ``pid`` into this cgroup (what it forks from then on is in it too)."""
         for path in self.dirs.values():
             with open(path / "cgroup.procs", "w") as f:
-                f.write(pid)
+                f.write(str(pid))
 
     def pids(self) -> list[int]:
         path = self.dirs.get("pids") or self.dirs.get("unified")
@@ -310,17 +313,23 @@ class Enforcement:
         """Runs in the child between fork and exec: join the cgroup, set rlimits."""
         if self.cgroup is not None:
             self.cgroup.add_self()
+        for name, soft, hard in self.rlimits():
+            resource.setrlimit(getattr(resource, name), (soft, hard))
+
+    def rlimits(self) -> list[tuple[str, int, int]]:
+        """The resource limits a worker sets on itself, as (resource name, soft, hard): by
+        :meth:`preexec`, or by a worker forked from a zygote (src/lumen_ex/sandbox/inside/zygote.py)."""
         lim = self.limits
-        resource.setrlimit(resource.RLIMIT_CPU, (lim.cpu_seconds, lim.cpu_seconds + 1))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (lim.file_mb << 20, lim.file_mb << 20))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (lim.open_files, lim.open_files))
+        out = [("RLIMIT_CPU", lim.cpu_seconds, lim.cpu_seconds + 1), ("RLIMIT_CORE", 0, 0),
+               ("RLIMIT_FSIZE", lim.file_mb << 20, lim.file_mb << 20),
+               ("RLIMIT_NOFILE", lim.open_files, lim.open_files)]
         if self.nproc_rlimit:
             n = _user_process_count() + lim.processes
-            resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+            out.append(("RLIMIT_NPROC", n, n))
         if self.as_rlimit:
             size = lim.memory_mb << 20
-            resource.setrlimit(resource.RLIMIT_AS, (size, size))
+            out.append(("RLIMIT_AS", size, size))
+        return out
 
     def cleanup(self) -> None:
         if self.cgroup is not None:

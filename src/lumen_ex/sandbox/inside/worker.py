@@ -72,6 +72,14 @@ def main(argv: list[str]) -> int:
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(2, 1)
+    prepare(extra_sites, warm)
+    return serve(req_fd, rep_fd)
+
+
+def prepare(extra_sites: list[str], warm: bool) -> None:
+    """Import the wire format and torch (and, when ``warm``, torch's meta kernels): everything a
+    worker does before it knows which learner it serves. The zygote (zygote.py) does this once
+    and forks a worker per submission from there."""
     sys.path.extend(extra_sites)
     global wire, torch
     wire = _wire_module()
@@ -79,6 +87,10 @@ def main(argv: list[str]) -> int:
 
     if warm:
         _load_meta_kernels()
+
+
+def serve(req_fd: int, rep_fd: int) -> int:
+    """Say hello, then answer requests until the harness closes the request pipe."""
     send(rep_fd, {"hello": True, "protocol": wire.PROTOCOL_VERSION, "pid": os.getpid(),
                   "torch": torch.__version__, "cuda": torch.cuda.is_available()})
     parser = wire.FrameParser()

@@ -1,0 +1,256 @@
+"""The zygote: one warm process per grading slot, from which each submission's worker is forked.
+
+    python -I -B -u zygote.py CONTROL_FD [EXTRA_SITE ...]
+
+It runs inside the slot's bwrap sandbox (started by src/lumen_ex/sandbox/zygote.py), imports torch
+and its meta kernels once (worker.py ``prepare``) and never imports a learner's code. For each
+``{"op": "fork"}`` message on CONTROL_FD (a SOCK_SEQPACKET socket carrying four descriptors: the
+worker's request and reply pipe ends, its output pipe, and a socket of its own to the harness) it
+makes one worker in three forks:
+
+1. a first child enters fresh mount, pid, IPC, network and UTS namespaces and forks again;
+2. that child is pid 1 of the new pid namespace (the worker's init). It tells the harness it
+   exists (one byte on its socket, which the harness reads with SO_PASSCRED: the kernel gives it
+   this process's pid as the host sees it), waits while the harness puts it in a fresh cgroup,
+   then reads the setup (limits and the workspace's files) and builds the worker's file system:
+   its own /proc, an empty /tmp and /dev/shm, /dev read-only, and the workspace on a tmpfs of its
+   own, written from the files sent and then made read-only. It forks the worker and waits for
+   it; when it exits, the init reports its wait status and exits, and the kernel kills everything
+   else left in that pid namespace;
+3. the worker (pid 2, as in a fresh bwrap sandbox) sets its resource limits, drops every
+   capability, installs a seccomp filter (confine.py) and serves the harness exactly as worker.py
+   does.
+
+No learner's code ever runs in the zygote or the init: a worker cannot see either (another pid
+namespace), signal them (they are outside its namespace, or its init, which ignores signals from
+inside), trace them (both are not dumpable and keep capabilities the worker lacks), nor reach a
+file another worker can see (every writable folder is its own).
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SETUP_HEADER_CAP = 1 << 20      # bytes of a setup's JSON header
+SETUP_DATA_CAP = 64 << 20       # bytes of the files that follow it
+LENGTH = struct.Struct(">I")
+NAMESPACES = 0                  # set in main(): confine.CLONE_NEW{NS,PID,IPC,NET,UTS}
+
+
+def _inside_module(name: str):
+    """A file of this folder as a module, by its path (nothing is put on sys.path)."""
+    spec = importlib.util.spec_from_file_location(f"lumen_{name}", os.path.join(HERE, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+confine = _inside_module("confine")
+
+
+def main(argv: list[str]) -> int:
+    global NAMESPACES
+    control = socket.socket(fileno=int(argv[1]))
+    worker = _inside_module("worker")
+    worker.prepare(argv[2:], warm=True)
+    NAMESPACES = (confine.CLONE_NEWNS | confine.CLONE_NEWPID | confine.CLONE_NEWIPC | confine.CLONE_NEWNET
+                  | confine.CLONE_NEWUTS)
+    confine.prctl(confine.PR_SET_DUMPABLE, 0)    # no process of the same uid may trace it or read its memory
+    # Everything imported so far is permanent: the garbage collector of a forked worker then never
+    # walks (and so never writes to, copying their pages) the objects it shares with the zygote.
+    gc.collect()
+    gc.freeze()
+    control.send(json.dumps({"ready": True, "pid": os.getpid()}).encode())
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, 4096, 8)
+        except OSError:
+            return 0
+        _reap()
+        if not message:
+            return 0        # the harness closed its end
+        try:
+            request = json.loads(message)
+        except ValueError:
+            request = {}
+        if isinstance(request, dict) and request.get("op") == "fork" and len(fds) == 4:
+            if os.fork() == 0:
+                try:
+                    control.close()
+                    _first_child(worker, *fds, argv[2:])
+                finally:
+                    os._exit(70)    # never back into the zygote's loop
+        for fd in fds:
+            os.close(fd)
+
+
+def _reap() -> None:
+    """Collect the first children that have exited (each exits as soon as it has forked)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _first_child(worker, request_fd: int, reply_fd: int, output_fd: int, channel_fd: int, sites: list) -> None:
+    confine.unshare(NAMESPACES)
+    if os.fork() != 0:
+        os._exit(0)     # its child, pid 1 of the new namespace, is reparented to the sandbox's init
+    _init(worker, request_fd, reply_fd, output_fd, socket.socket(fileno=channel_fd), sites)
+
+
+def _init(worker, request_fd: int, reply_fd: int, output_fd: int, channel: socket.socket, sites: list) -> None:
+    os.setsid()                                     # its own process group: the harness kills it whole
+    signal.signal(signal.SIGINT, signal.SIG_DFL)    # an init ignores every signal it has no handler for
+    channel.sendall(b"p")                           # the harness reads this one with our pid
+    setup = _read_setup(channel)
+    _build_file_system(setup)
+    child = os.fork()
+    if child == 0:
+        try:
+            _worker(worker, request_fd, reply_fd, output_fd, channel, setup, sites)
+        finally:
+            os._exit(70)
+    for fd in (request_fd, reply_fd, output_fd):
+        os.close(fd)
+    status = _wait_for(child)
+    try:
+        channel.sendall(b"x" + struct.pack(">i", status))
+    except OSError:
+        pass
+    os._exit(0)
+
+
+def _wait_for(child: int) -> int:
+    """Reap every process that ends (an init's duty) until ``child`` does; its wait status."""
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            return 0
+        if pid == child:
+            return status
+
+
+def _read_exactly(channel: socket.socket, n: int) -> bytes:
+    chunks, left = [], n
+    while left:
+        chunk = channel.recv(min(left, 1 << 20))
+        if not chunk:
+            raise EOFError("the harness closed the setup channel")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_setup(channel: socket.socket) -> dict:
+    (size,) = LENGTH.unpack(_read_exactly(channel, LENGTH.size))
+    if size > SETUP_HEADER_CAP:
+        raise ValueError("setup header too large")
+    setup = json.loads(_read_exactly(channel, size))
+    total = sum(int(e.get("size", 0)) for e in setup["entries"] if e["kind"] == "file")
+    if total > SETUP_DATA_CAP:
+        raise ValueError("workspace too large")
+    setup["data"] = _read_exactly(channel, total)
+    return setup
+
+
+def _build_file_system(setup: dict) -> None:
+    c = confine
+    c.mount(None, "/", None, c.MS_REC | c.MS_PRIVATE)        # nothing below propagates anywhere
+    c.mount("proc", "/proc", "proc", c.MS_NOSUID | c.MS_NODEV | c.MS_NOEXEC)   # this namespace's processes
+    for covered in ("sys", "sysrq-trigger", "irq", "bus"):   # what bwrap's --proc makes read-only too
+        if os.path.exists(f"/proc/{covered}"):
+            c.bind_read_only(f"/proc/{covered}")
+    c.bind_read_only("/dev")
+    scratch = f"size={int(setup['tmp_bytes'])},mode=1777"
+    c.mount("tmpfs", "/tmp", "tmpfs", c.MS_NOSUID | c.MS_NODEV, scratch)
+    c.mount("tmpfs", "/dev/shm", "tmpfs", c.MS_NOSUID | c.MS_NODEV, scratch)
+    c.mount("tmpfs", "/workspace", "tmpfs", c.MS_NOSUID | c.MS_NODEV,
+            f"size={len(setup['data']) + (1 << 20)},mode=0755")
+    _write_workspace(setup["entries"], setup["data"])
+    c.mount(None, "/workspace", None, c.MS_REMOUNT | c.MS_RDONLY | c.MS_NOSUID | c.MS_NODEV)
+
+
+def _write_workspace(entries: list, data: bytes) -> None:
+    """The learner's workspace as the harness read it: folders, files and links, in that order."""
+    offset = 0
+    for entry in entries:
+        relative = os.path.normpath(str(entry["path"]))
+        if relative.startswith(("/", "..")):
+            raise ValueError(f"a path outside the workspace: {relative!r}")
+        path = os.path.join("/workspace", relative)
+        if entry["kind"] == "dir":
+            os.makedirs(path, 0o755, exist_ok=True)
+        elif entry["kind"] == "link":
+            os.symlink(str(entry["target"]), path)
+        else:
+            size = int(entry["size"])
+            with open(path, "xb") as f:
+                f.write(data[offset:offset + size])
+            offset += size
+            os.chmod(path, 0o755 if int(entry.get("mode", 0)) & 0o111 else 0o644)
+
+
+def _worker(worker, request_fd: int, reply_fd: int, output_fd: int, channel: socket.socket, setup: dict,
+            sites: list) -> None:
+    import resource
+
+    channel.close()
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(output_fd, 1)
+    os.dup2(output_fd, 2)
+    keep = {0, 1, 2, request_fd, reply_fd}
+    for fd in [int(n) for n in os.listdir("/proc/self/fd")]:
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    os.chdir("/tmp")
+    signal.signal(signal.SIGINT, signal.default_int_handler)   # as in any fresh Python
+    for name, soft, hard in setup["rlimits"]:
+        resource.setrlimit(getattr(resource, name), (soft, hard))
+    confine.prctl(confine.PR_SET_DUMPABLE, 1)     # like any fresh process (the zygote's are not)
+    confine.drop_capabilities()
+    confine.forbid_namespaces_and_keys()
+    # What a worker started on its own would see as its program (base.py worker_argv).
+    sys.argv = [os.path.join(HERE, "worker.py"), "fds", str(request_fd), str(reply_fd), "+warm", *sites]
+    worker.__name__ = "__main__"
+    sys.modules["__main__"] = worker
+    code = worker.serve(request_fd, reply_fd)
+    _exit_like_python(code)
+
+
+def _exit_like_python(code: int) -> None:
+    """End as an interpreter does (threads joined, atexit handlers run, streams flushed), without
+    unwinding into the zygote's frames."""
+    import atexit
+    import threading
+
+    try:
+        threading._shutdown()
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001  the learner may have replaced them
+                pass
+        os._exit(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,380 @@
+"""Workers forked from a warm zygote: a bwrap worker without a torch import of its own.
+
+A fresh worker spends about two seconds of CPU importing torch and its meta kernels before it can
+answer; a batch of a thousand checks spends most of its time there. :class:`ZygoteLauncher` starts
+one zygote per launcher (per grading process, so per job slot): a bwrap sandbox like a worker's, in
+which src/lumen_ex/sandbox/inside/zygote.py imports torch once and then forks one worker per
+submission, each in fresh mount, pid, IPC, network and UTS namespaces, with its own /proc, /tmp,
+/dev/shm and a copy of the workspace, no capabilities and a seccomp filter. Each forked worker is put
+in a fresh cgroup by this side (the harness) before it runs a line of the learner's code, and is
+held to the same limits and the same protocol as a worker started on its own: the harness cannot
+tell them apart, and neither can the verdicts (bench/grade_throughput.py compares them).
+
+Where a zygote cannot serve (not x86_64, a CUDA worker, a workspace over WORKSPACE_FILES or
+WORKSPACE_BYTES, a zygote that died or would not start), the launch falls back to the wrapped
+launcher's own fresh worker, so nothing is graded differently, only more slowly.
+
+What a forked worker is told and what it says about itself is never trusted: its host pid comes
+from the kernel (SO_PASSCRED on its socket, read before any learner code runs), and its exit status
+from its init, a process of ours it cannot reach.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from lumen_ex.sandbox.base import WORKER_ENV, Availability, Launched, Launcher, WorkerSpec
+from lumen_ex.sandbox.bwrap import SANDBOX_UID, BwrapLauncher
+from lumen_ex.sandbox.cgroups import Enforcement
+from lumen_ex.sandbox.inside import confine
+from lumen_ex.sandbox.processes import kill_group, reap
+
+START_S = 60.0              # how long a zygote may take to import torch and say it is ready
+FORK_S = 10.0               # how long a fork may take until the worker's init reports its pid
+WORKSPACE_FILES = 500       # a bigger workspace gets a fresh worker with the folder bound instead
+WORKSPACE_BYTES = 32 << 20
+WORKSPACE_DEPTH = 8
+LENGTH = struct.Struct(">I")
+
+
+class ZygoteUnavailable(RuntimeError):
+    """This launch cannot be a fork (the reason is the message); a fresh worker is started instead."""
+
+
+def supported() -> bool:
+    return confine.filter_supported() and hasattr(socket, "SO_PASSCRED") and hasattr(socket, "recv_fds")
+
+
+# -------------------------------------------------------------------------------------------------
+# The workspace, copied
+
+
+def workspace_copy(root: Path) -> tuple[list[dict], bytes]:
+    """The workspace's folders, regular files and links under ``root`` (folders first), and the
+    files' bytes in the order they are listed.
+
+    Read by the trusted side from a folder the learner controls: nothing is followed (links are
+    copied as links, other special files are left out), and the walk stops with
+    ZygoteUnavailable past WORKSPACE_FILES entries, WORKSPACE_BYTES or WORKSPACE_DEPTH."""
+    found: list[tuple[dict, bytes]] = []
+    total = 0
+    pending = [(Path(root), "", 0)]
+    while pending:
+        folder, prefix, depth = pending.pop()
+        if depth > WORKSPACE_DEPTH:
+            raise ZygoteUnavailable("the workspace is too deep to copy")
+        with os.scandir(folder) as listing:
+            items = sorted(listing, key=lambda e: e.name)
+        for item in items:
+            if len(found) >= WORKSPACE_FILES:
+                raise ZygoteUnavailable("the workspace has too many files to copy")
+            relative = f"{prefix}{item.name}"
+            info = item.stat(follow_symlinks=False)
+            if stat.S_ISLNK(info.st_mode):
+                found.append(({"kind": "link", "path": relative, "target": os.readlink(item.path)[:4096]}, b""))
+            elif stat.S_ISDIR(info.st_mode):
+                found.append(({"kind": "dir", "path": relative}, b""))
+                pending.append((Path(item.path), relative + "/", depth + 1))
+            elif stat.S_ISREG(info.st_mode):
+                content = _read_regular(item.path, WORKSPACE_BYTES - total)
+                total += len(content)
+                found.append(({"kind": "file", "path": relative, "size": len(content),
+                               "mode": info.st_mode & 0o777}, content))
+    found.sort(key=lambda pair: (pair[0]["kind"] != "dir", pair[0]["path"].count("/"), pair[0]["path"]))
+    return [entry for entry, _ in found], b"".join(content for _, content in found)
+
+
+def _read_regular(path: str, budget: int) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            size += len(chunk)
+            if size > budget:
+                raise ZygoteUnavailable("the workspace is too large to copy")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+# -------------------------------------------------------------------------------------------------
+# A forked worker, as the harness sees it
+
+
+class ForkedProcess:
+    """What ``Launched.proc`` is for a forked worker: the subprocess.Popen calls the harness makes
+    (pid, poll, wait, returncode), answered from the worker's init.
+
+    ``pid`` is the init's pid as this side sees it (the leader of the worker's process group: the
+    harness kills the group, and with the init the kernel kills its whole pid namespace). The exit
+    status is the worker's, sent by its init when the worker exits; an init killed before it could
+    send one (the harness's SIGKILL, or the kernel's) reads as killed by SIGKILL."""
+
+    def __init__(self, pid: int, channel: socket.socket):
+        self.pid = pid
+        self.returncode: int | None = None
+        self._channel = channel
+        self._buffer = b""
+        channel.setblocking(False)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._read()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+            select.select([self._channel], [], [], remaining)
+        return self.returncode
+
+    def _read(self) -> None:
+        try:
+            chunk = self._channel.recv(64)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        self._buffer += chunk
+        if self._buffer.startswith(b"x") and len(self._buffer) >= 5:
+            (status,) = struct.unpack(">i", self._buffer[1:5])
+            try:
+                self._finish(os.waitstatus_to_exitcode(status))
+            except ValueError:
+                self._finish(-signal.SIGKILL)
+        elif not chunk:
+            self._finish(-signal.SIGKILL)
+
+    def _finish(self, code: int) -> None:
+        self.returncode = code
+        self._channel.close()
+
+
+# -------------------------------------------------------------------------------------------------
+# The zygote
+
+
+class Zygote:
+    """One zygote process (its bwrap sandbox) and the socket its fork requests go down."""
+
+    def __init__(self, launcher: BwrapLauncher, spec: WorkerSpec):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # Its own limits: no CPU time limit (it lives for a whole batch), the worker's memory limit
+        # (torch, shared with every worker it forks, is charged here and not to them).
+        self.enforcement = Enforcement.prepare(replace(spec.limits, cpu_seconds=7 * 24 * 3600, processes=256))
+        self.log = tempfile.TemporaryFile(prefix="lumen-ex-zygote-")   # what it prints (never a learner's)
+        self.control = ours
+        command = launcher.zygote_command(spec, theirs.fileno())
+        self._cleanup = command.cleanup
+        try:
+            self.proc = subprocess.Popen(
+                command.argv, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
+                pass_fds=(theirs.fileno(),), close_fds=True, start_new_session=True, env=dict(WORKER_ENV),
+                cwd=command.cwd, preexec_fn=self.enforcement.preexec)
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            theirs.close()
+        self.ready = False
+        self.uid = SANDBOX_UID if os.geteuid() == 0 else os.geteuid()   # the host uid its workers run as
+
+    def wait_ready(self, timeout: float = START_S) -> None:
+        """Block until the zygote has imported torch (or raise ZygoteUnavailable)."""
+        if self.ready:
+            return
+        readable, _, _ = select.select([self.control], [], [], timeout)
+        message = self.control.recv(4096) if readable else b""
+        try:
+            ready = bool(json.loads(message).get("ready")) if message else False
+        except ValueError:
+            ready = False
+        if not ready:
+            raise ZygoteUnavailable(f"the zygote did not start: {self.log_tail() or 'no answer'}")
+        self.ready = True
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def fork(self, fds: tuple[int, int, int]) -> tuple[int, socket.socket]:
+        """Ask for one worker with these pipe ends (request in, reply out, output); return its
+        init's pid (from the kernel) and its socket, on which it now waits for its setup."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+            try:
+                socket.send_fds(self.control, [json.dumps({"op": "fork"}).encode()], [*fds, theirs.fileno()])
+            except OSError as exc:
+                raise ZygoteUnavailable(f"the zygote is gone ({exc.strerror})") from None
+            finally:
+                theirs.close()
+            return self._pid_of(ours), ours
+        except BaseException:
+            ours.close()
+            raise
+
+    def _pid_of(self, channel: socket.socket) -> int:
+        readable, _, _ = select.select([channel], [], [], FORK_S)
+        if not readable:
+            raise ZygoteUnavailable("the zygote did not fork in time")
+        size = socket.CMSG_SPACE(struct.calcsize("3i"))
+        message, ancillary, _, _ = channel.recvmsg(1, size)
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and message == b"p":
+                pid, uid, _ = struct.unpack("3i", data[:struct.calcsize("3i")])
+                if uid != self.uid or pid <= 1:
+                    raise ZygoteUnavailable(f"a forked worker came back as uid {uid}, pid {pid}")
+                return pid
+        raise ZygoteUnavailable(f"the zygote's worker did not start: {self.log_tail() or 'no answer'}")
+
+    def log_tail(self) -> str:
+        try:
+            self.log.seek(0)
+            lines = self.log.read()[-4000:].decode(errors="replace").strip().splitlines()
+        except (OSError, ValueError):
+            return ""
+        return lines[-1][:300] if lines else ""
+
+    def close(self) -> None:
+        """Kill the zygote, its sandbox and every worker it forked; idempotent."""
+        proc = getattr(self, "proc", None)
+        if proc is not None:
+            kill_group(proc.pid)
+            reap(proc)
+        self.enforcement.cleanup()
+        if self._cleanup is not None:
+            self._cleanup()
+            self._cleanup = None
+        self.control.close()
+        self.log.close()
+
+
+def send_setup(channel: socket.socket, setup: dict, data: bytes, timeout: float = FORK_S) -> None:
+    """The worker's setup (its limits and workspace), length-prefixed JSON and then the files."""
+    header = json.dumps(setup).encode()
+    channel.settimeout(timeout)
+    try:
+        channel.sendall(LENGTH.pack(len(header)) + header)
+        channel.sendall(data)
+    except OSError as exc:
+        raise ZygoteUnavailable(f"the forked worker did not take its setup ({exc})") from None
+
+
+class ZygoteLauncher(Launcher):
+    """The bwrap launcher, with workers forked from one warm zygote where they can be
+    (:func:`supported`, a CPU worker, a workspace within the copy's bounds); any other launch, and
+    any fork that fails, is a fresh worker of the wrapped launcher."""
+
+    name = BwrapLauncher.name
+    isolated = True
+
+    def __init__(self, inner: BwrapLauncher):
+        self.inner = inner
+        self.zygote: Zygote | None = None
+        self.failures = 0           # zygotes that would not start or died: after two, none more
+        self.forked = 0             # workers forked (for tests and benchmarks)
+
+    @classmethod
+    def availability(cls) -> Availability:
+        return BwrapLauncher.availability()
+
+    def note(self) -> str:
+        return self.inner.note()
+
+    def scratch(self, spec: WorkerSpec) -> dict[str, str]:
+        return self.inner.scratch(spec)
+
+    def command(self, spec: WorkerSpec, fds: tuple[int, int]):
+        return self.inner.command(spec, fds)
+
+    def launch(self, spec: WorkerSpec) -> Launched:
+        if spec.device != "cpu" or not supported() or self.failures >= 2:
+            return self.inner.launch(spec)
+        try:
+            return self._fork(spec)
+        except ZygoteUnavailable:
+            return self.inner.launch(spec)
+
+    def start(self, spec: WorkerSpec) -> None:
+        """Start the zygote now, without waiting for it, so that its torch import overlaps with
+        whatever the caller does next (a grading process imports its own)."""
+        if self.zygote is None and spec.device == "cpu" and supported() and self.failures < 2:
+            self.zygote = Zygote(self.inner, spec)
+
+    def _zygote(self, spec: WorkerSpec) -> Zygote:
+        if self.zygote is not None and not self.zygote.alive():
+            self._drop()
+        if self.zygote is None:
+            self.zygote = Zygote(self.inner, spec)
+        try:
+            self.zygote.wait_ready()
+        except ZygoteUnavailable:
+            self._drop()
+            raise
+        return self.zygote
+
+    def _drop(self) -> None:
+        self.failures += 1
+        zygote, self.zygote = self.zygote, None
+        if zygote is not None:
+            zygote.close()
+
+    def _fork(self, spec: WorkerSpec) -> Launched:
+        entries, data = workspace_copy(spec.workspace.resolve())
+        module_path = "/workspace/" + str(spec.module_dir.resolve().relative_to(spec.workspace.resolve()))
+        zygote = self._zygote(spec)
+        enforcement = self.enforcement(spec)
+        pipes = [os.pipe() for _ in range(3)]    # requests, replies, output
+        theirs = (pipes[0][0], pipes[1][1], pipes[2][1])
+        channel = None
+        try:
+            try:
+                pid, channel = zygote.fork(theirs)
+            except ZygoteUnavailable:
+                self._drop()
+                raise
+            if enforcement.cgroup is not None:
+                enforcement.cgroup.add(pid)      # before the worker exists: it is forked in there
+            send_setup(channel, {"tmp_bytes": spec.limits.tmp_mb << 20, "rlimits": enforcement.rlimits(),
+                                 "entries": entries}, data)
+        except BaseException:
+            if channel is not None:
+                kill_group(pid)
+                channel.close()
+            enforcement.cleanup()
+            for r, w in pipes:
+                os.close(r)
+                os.close(w)
+            raise
+        for fd in theirs:
+            os.close(fd)
+        ours = (pipes[0][1], pipes[1][0], pipes[2][0])
+        for fd in ours:
+            os.set_blocking(fd, False)
+        self.forked += 1
+        launched = Launched(ForkedProcess(pid, channel), *ours, enforcement, module_path.rstrip("/."))
+        launched.limits = {**enforcement.describe(), **self.scratch(spec)}
+        return launched
+
+    def close(self) -> None:
+        """Stop the zygote (and so every worker it forked)."""
+        zygote, self.zygote = self.zygote, None
+        if zygote is not None:
+            zygote.close()

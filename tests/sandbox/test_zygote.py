@@ -1,0 +1,422 @@
+"""Workers forked from one zygote (src/lumen_ex/sandbox/zygote.py) cannot reach each other or the zygote.
+
+Every test here runs real attacks from a learner's module, in workers forked from one zygote (as one
+grading process forks every submission's worker from its own), and then checks, from another
+submission's worker forked later or alongside, that nothing got through: a process left behind, a
+file left in any writable folder, a modified module, a signal or ptrace aimed at the zygote, an
+abstract socket or a shared-memory segment, a keyring, a new user namespace, a worker that stops
+reading its pipe. Each attack is also shown to work where it should (in the same worker, or in the
+unisolated mode), so that a probe that could not fail proves nothing.
+
+The same guarantees for the workers bwrap starts on its own are in tests/sandbox/test_sandbox.py,
+whose isolation and limit tests also run every probe in a forked worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import CORPORA, CORPUS, REFERENCES, requires_bwrap
+
+from lumen_ex.harness.client import WorkerFailure, WorkerPool
+from lumen_ex.harness.proxy import LearnerModule
+from lumen_ex.sandbox import zygote as zygotes
+from lumen_ex.sandbox.base import WorkerSpec
+from lumen_ex.sandbox.bwrap import BwrapLauncher
+from lumen_ex.sandbox.cgroups import Limits
+
+pytestmark = [requires_bwrap, pytest.mark.skipif(not zygotes.supported(), reason="no zygote on this machine")]
+
+ATTACKS = textwrap.dedent('''
+    import ctypes, json, os, signal, socket, sys, time
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    HELD = []
+    FOLDERS = ("/tmp", "/dev/shm", "/dev", "/workspace", "/workspace/probe", "/", "/lumen", "/proc", "/usr")
+
+    def _err():
+        return os.strerror(ctypes.get_errno())
+
+    def status():
+        text = open("/proc/self/status").read()
+        return json.dumps({k: text.split(k + ":")[1].split()[0]
+                           for k in ("CapEff", "CapPrm", "CapAmb", "CapInh", "NoNewPrivs", "Seccomp")})
+
+    def leave_files(marker):
+        out = {}
+        for folder in FOLDERS:
+            try:
+                with open(os.path.join(folder, marker), "w") as f:
+                    f.write("left by another student")
+                out[folder] = "written"
+            except OSError as exc:
+                out[folder] = type(exc).__name__
+        return json.dumps(out)
+
+    def find_files(marker):
+        return json.dumps([f for f in FOLDERS if os.path.exists(os.path.join(f, marker))])
+
+    def leave_process(marker):
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.execv("/bin/sleep", [marker, "300"])
+            os._exit(0)
+        time.sleep(0.3)
+        return "started"
+
+    def processes():
+        return json.dumps(sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
+
+    def tamper():
+        import torch
+        torch.lumen_mark = "tampered"
+        torch.matmul = lambda a, b: torch.zeros(1)
+        import math
+        math.pi = 3.0
+        os.environ["LUMEN_TAMPERED"] = "1"
+        sys.modules["lumen_tampered"] = sys
+        return "tampered"
+
+    def intact():
+        import math
+        import torch
+        return json.dumps({"mark": hasattr(torch, "lumen_mark"),
+                           "matmul": float(torch.matmul(torch.eye(2), torch.eye(2)).sum()),
+                           "module": "lumen_tampered" in sys.modules, "pi": math.pi,
+                           "env": "LUMEN_TAMPERED" in os.environ})
+
+    def signal_everyone(zygote_pid):
+        sent = {}
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in [-1, 0, int(zygote_pid), *range(1, 32768)]:
+                if pid == os.getpid():
+                    continue
+                try:
+                    os.kill(pid, sig)
+                    sent[pid] = sent.get(pid, 0) + 1
+                except OSError:
+                    pass
+        return json.dumps(sorted(p for p in sent if p not in (0,)))
+
+    def trace(zygote_pid):
+        out = {}
+        for pid in (1, os.getppid(), int(zygote_pid)):
+            if libc.ptrace(16, pid, None, None) == 0:      # PTRACE_ATTACH
+                out[pid] = "attached"
+                libc.ptrace(17, pid, None, None)           # PTRACE_DETACH
+            else:
+                out[pid] = _err()
+        try:
+            open(f"/proc/{int(zygote_pid)}/mem", "rb").read(1)
+            out["mem"] = "read"
+        except OSError as exc:
+            out["mem"] = type(exc).__name__
+        return json.dumps(out)
+
+    def hold_abstract(name):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind("\\0" + name)
+        s.listen(1)
+        HELD.append(s)
+        return "listening"
+
+    def reach_abstract(name):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect("\\0" + name)
+            return "connected"
+        except OSError as exc:
+            return type(exc).__name__
+        finally:
+            s.close()
+
+    def hold_shm(key):
+        shmid = libc.shmget(int(key), 4096, 0o1000 | 0o666)    # IPC_CREAT
+        return "created" if shmid >= 0 else _err()
+
+    def reach_shm(key):
+        return "found" if libc.shmget(int(key), 0, 0) >= 0 else _err()
+
+    def keys_and_namespaces():
+        out = {}
+        r = libc.syscall(248, b"user", b"lumen-probe", b"secret", 6, -4)   # add_key to the user keyring
+        out["add_key"] = "added" if r >= 0 else _err()
+        r = libc.syscall(250, 0, -4, 0)                                    # keyctl(GET_KEYRING_ID, user)
+        out["keyctl"] = "answered" if r >= 0 else _err()
+        r = libc.syscall(272, 0x10000000)                                  # unshare(CLONE_NEWUSER)
+        out["unshare_user"] = "unshared" if r == 0 else _err()
+        r = libc.syscall(56, 0x10000000 | 17, 0, 0, 0, 0)                  # clone(CLONE_NEWUSER | SIGCHLD)
+        if r == 0:
+            os._exit(0)
+        out["clone_user"] = "cloned" if r > 0 else _err()
+        return json.dumps(out)
+
+    def stall():
+        time.sleep(3600)
+''')
+
+NAMES = ["status", "leave_files", "find_files", "leave_process", "processes", "tamper", "intact",
+         "signal_everyone", "trace", "hold_abstract", "reach_abstract", "hold_shm", "reach_shm",
+         "keys_and_namespaces", "stall"]
+
+
+@pytest.fixture(scope="module")
+def zygote():
+    launcher = zygotes.ZygoteLauncher(BwrapLauncher())
+    yield launcher
+    launcher.close()
+
+
+def student(tmp_path: Path, launcher, name: str, call_timeout: float = 30.0) -> LearnerModule:
+    """A submission's worker: its own workspace, forked from ``launcher``'s zygote."""
+    ws = tmp_path / name
+    (ws / "probe").mkdir(parents=True)
+    (ws / "probe" / "attack.py").write_text(ATTACKS)
+    spec = WorkerSpec(workspace=ws, module_dir=ws / "probe", device="cpu", limits=Limits())
+    pool = WorkerPool(launcher, spec, module="attack", functions=NAMES, call_timeout=call_timeout)
+    sub = LearnerModule(pool, "cpu", "attack.py")
+    sub.pool = pool
+    sub.status()
+    if isinstance(launcher, zygotes.ZygoteLauncher):   # never the fallback's fresh worker
+        assert isinstance(pool.worker.launched.proc, zygotes.ForkedProcess)
+    return sub
+
+
+def _zygote_pid(launcher) -> int:
+    """The pid, as the host sees it, of the python process inside the zygote's sandbox."""
+    outer = launcher.zygote.proc.pid
+    found = [p for p in _descendants(outer) if b"zygote.py" in _cmdline(p) and _ppid(p) not in
+             [q for q in _descendants(outer) if b"zygote.py" in _cmdline(q)]]
+    assert found, "the zygote's process was not found"
+    return found[0]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _ppid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            children.setdefault(_ppid(int(entry)), []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0]
+
+
+def _with_marker(marker: str) -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and marker.encode() in _cmdline(int(p))]
+
+
+# -------------------------------------------------------------------------------------------------
+
+
+def test_a_forked_worker_keeps_no_capability_and_is_filtered(zygote, tmp_path):
+    sub = student(tmp_path, zygote, "a")
+    try:
+        facts = json.loads(sub.status())
+    finally:
+        sub.pool.close()
+    assert [int(facts[k], 16) for k in ("CapEff", "CapPrm", "CapAmb", "CapInh")] == [0, 0, 0, 0], facts
+    assert facts["NoNewPrivs"] == "1" and facts["Seccomp"] == "2", facts
+
+
+def test_files_left_behind_reach_no_other_student(zygote, tmp_path):
+    marker = f"lumen-left-{uuid.uuid4().hex}"
+    first = student(tmp_path, zygote, "first")
+    alongside = student(tmp_path, zygote, "alongside")   # alive at the same time
+    try:
+        wrote = json.loads(first.leave_files(marker))
+        assert wrote["/tmp"] == "written" and wrote["/dev/shm"] == "written"   # the attack is real
+        assert json.loads(first.find_files(marker)) == ["/tmp", "/dev/shm"]
+        assert {f for f, r in wrote.items() if r == "written"} == {"/tmp", "/dev/shm"}, wrote
+        assert json.loads(alongside.find_files(marker)) == []
+    finally:
+        first.pool.close()
+        alongside.pool.close()
+    later = student(tmp_path, zygote, "later")
+    try:
+        assert json.loads(later.find_files(marker)) == []
+    finally:
+        later.pool.close()
+    assert not list(Path("/tmp").glob(marker)) and not list(Path("/dev/shm").glob(marker))   # nor the host
+
+
+def test_a_process_left_behind_dies_with_its_worker(zygote, tmp_path):
+    marker = f"lumen-daemon-{uuid.uuid4().hex}"
+    first = student(tmp_path, zygote, "first")
+    try:
+        assert first.leave_process(marker) == "started"
+        assert _with_marker(marker), "the daemon should run while its worker does"
+        assert len(json.loads(first.processes())) >= 3    # init, worker, daemon: visible to itself
+    finally:
+        first.pool.close()
+    deadline = time.monotonic() + 5
+    while _with_marker(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _with_marker(marker)
+    later = student(tmp_path, zygote, "later")
+    try:
+        assert json.loads(later.processes()) == [1, 2], "another student's worker sees only its init and itself"
+    finally:
+        later.pool.close()
+
+
+def test_modified_modules_stay_in_their_worker(zygote, tmp_path):
+    first = student(tmp_path, zygote, "first")
+    try:
+        assert first.tamper() == "tampered"
+        assert json.loads(first.intact()) == {"mark": True, "matmul": 0.0, "module": True, "pi": 3.0,
+                                              "env": True}     # the attack is real, in its own worker
+        alongside = student(tmp_path, zygote, "alongside")
+        try:
+            assert json.loads(alongside.intact()) == {"mark": False, "matmul": 2.0, "module": False,
+                                                      "pi": 3.141592653589793, "env": False}
+        finally:
+            alongside.pool.close()
+    finally:
+        first.pool.close()
+
+
+def test_signals_cannot_reach_the_zygote(zygote, tmp_path):
+    first = student(tmp_path, zygote, "first")
+    target = _zygote_pid(zygote)
+    try:
+        reached = json.loads(first.signal_everyone(target))
+    except WorkerFailure:
+        reached = None     # it may have killed itself with kill(-1) or its group: that is its own loss
+    finally:
+        first.pool.close()
+    if reached is not None:
+        assert target not in reached or target in (1, 2), reached
+    assert zygote.zygote is not None and zygote.zygote.alive()
+    assert _state(target) != "T", "the zygote was stopped"
+    later = student(tmp_path, zygote, "later")
+    try:
+        assert json.loads(later.processes()) == [1, 2]
+    finally:
+        later.pool.close()
+
+
+def test_ptrace_cannot_reach_the_zygote_or_the_init(zygote, tmp_path):
+    first = student(tmp_path, zygote, "first")
+    target = _zygote_pid(zygote)
+    try:
+        traced = json.loads(first.trace(target))
+    finally:
+        first.pool.close()
+    assert "attached" not in traced.values(), traced
+    assert traced["mem"] in ("FileNotFoundError", "PermissionError"), traced
+    assert _state(target) != "t"
+
+
+def test_sockets_and_shared_memory_reach_no_other_student(zygote, tmp_path):
+    name, key = f"lumen-{uuid.uuid4().hex}", 0x4C550000 + os.getpid() % 0xFFFF
+    first = student(tmp_path, zygote, "first")
+    alongside = student(tmp_path, zygote, "alongside")
+    try:
+        assert first.hold_abstract(name) == "listening" and first.reach_abstract(name) == "connected"
+        assert first.hold_shm(key) == "created" and first.reach_shm(key) == "found"
+        assert alongside.reach_abstract(name) != "connected"
+        assert alongside.reach_shm(key) != "found"
+    finally:
+        first.pool.close()
+        alongside.pool.close()
+
+
+def test_no_keyring_and_no_user_namespace(zygote, tmp_path):
+    sub = student(tmp_path, zygote, "a")
+    try:
+        out = json.loads(sub.keys_and_namespaces())
+    finally:
+        sub.pool.close()
+    assert out == {"add_key": "Operation not permitted", "keyctl": "Operation not permitted",
+                   "unshare_user": "Operation not permitted", "clone_user": "Operation not permitted"}, out
+
+
+def test_a_worker_that_stops_reading_is_cut_off_and_the_next_one_forks(zygote, tmp_path):
+    stuck = student(tmp_path, zygote, "stuck", call_timeout=1.5)
+    try:
+        started = time.monotonic()
+        with pytest.raises(WorkerFailure, match="did not return within"):
+            stuck.stall()
+        assert time.monotonic() - started < 10
+        assert json.loads(stuck.processes()) == [1, 2]     # its pool's replacement: forked, fresh
+        assert stuck.pool.restarts == 1
+        assert isinstance(stuck.pool.worker.launched.proc, zygotes.ForkedProcess)
+    finally:
+        stuck.pool.close()
+    assert zygote.zygote.alive()
+
+
+def test_the_zygote_shows_in_no_worker_and_forks_many(zygote, tmp_path):
+    """Fifty submissions in a row from one zygote: each sees a fresh sandbox of its own."""
+    before = zygote.forked
+    for i in range(50):
+        sub = student(tmp_path, zygote, f"s{i}")
+        try:
+            assert json.loads(sub.processes()) == [1, 2]
+        finally:
+            sub.pool.close()
+    assert zygote.forked - before == 50 and zygote.failures == 0
+
+
+def test_a_workspace_too_large_to_copy_gets_a_fresh_worker(zygote, tmp_path, monkeypatch):
+    monkeypatch.setattr(zygotes, "WORKSPACE_FILES", 1)
+    ws = tmp_path / "big"
+    (ws / "probe").mkdir(parents=True)
+    (ws / "probe" / "attack.py").write_text(ATTACKS)
+    (ws / "probe" / "data.txt").write_text("more than one file")
+    spec = WorkerSpec(workspace=ws, module_dir=ws / "probe", device="cpu", limits=Limits())
+    pool = WorkerPool(zygote, spec, module="attack", functions=NAMES)
+    try:
+        LearnerModule(pool, "cpu", "attack.py").status()
+        assert not isinstance(pool.worker.launched.proc, zygotes.ForkedProcess)
+    finally:
+        pool.close()
+
+
+def test_verdicts_are_the_same_forked_or_fresh(zygote, tmp_path):
+    """Correct, buggy and hostile files graded by forked workers and by fresh ones alike."""
+    from conftest import workspace_with
+
+    from lumen_ex.harness.check import run_check
+
+    cases = [(1, REFERENCES["attention"]), (2, REFERENCES["kv_cache"]),
+             *[(1, p) for p in sorted((CORPORA["attention"] / "buggy").glob("*.py"))[:3]],
+             *[(2, p) for p in sorted((CORPORA["kv_cache"] / "buggy").glob("*.py"))[:2]],
+             *[(1, CORPUS / "hostile" / f"{n}.py") for n in ("kill_parent", "sys_exit", "tamper_worker_replies",
+                                                              "atexit_exit", "monkeypatch_comparisons")]]
+    assert len(cases) == 12 and all(p.is_file() for _, p in cases)
+    fresh = BwrapLauncher()
+    for i, (number, path) in enumerate(cases):
+        ws = workspace_with(tmp_path / f"case{i}", number, path.read_text())
+        results = [run_check(number, workspace=ws, seed=5, record=False, launcher=launcher)
+                   for launcher in (zygote, fresh)]
+        forked, alone = ([(t.id, t.status.value, t.score) for t in r.tests] for r in results)
+        assert forked == alone, path.name
