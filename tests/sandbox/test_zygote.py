@@ -26,6 +26,7 @@ from conftest import CORPORA, CORPUS, REFERENCES, requires_bwrap
 
 from lumen_ex.harness.client import WorkerFailure, WorkerPool
 from lumen_ex.harness.proxy import LearnerModule
+from lumen_ex.sandbox import workspace_copy
 from lumen_ex.sandbox import zygote as zygotes
 from lumen_ex.sandbox.base import WorkerSpec
 from lumen_ex.sandbox.bwrap import BwrapLauncher
@@ -387,7 +388,7 @@ def test_the_zygote_shows_in_no_worker_and_forks_many(zygote, tmp_path):
 
 
 def test_a_workspace_too_large_to_copy_gets_a_fresh_worker(zygote, tmp_path, monkeypatch):
-    monkeypatch.setattr(zygotes, "WORKSPACE_FILES", 1)
+    monkeypatch.setattr(workspace_copy, "WORKSPACE_FILES", 1)
     ws = tmp_path / "big"
     (ws / "probe").mkdir(parents=True)
     (ws / "probe" / "attack.py").write_text(ATTACKS)
@@ -420,3 +421,20 @@ def test_verdicts_are_the_same_forked_or_fresh(zygote, tmp_path):
                    for launcher in (zygote, fresh)]
         forked, alone = ([(t.id, t.status.value, t.score) for t in r.tests] for r in results)
         assert forked == alone, path.name
+
+
+def test_a_forked_sandbox_that_cannot_be_built_gets_a_fresh_worker_instead(zygote, tmp_path, monkeypatch):
+    """The init refuses a workspace entry outside /workspace; that is the grader's failure, never
+    the submission's: the launch falls back to a fresh worker, which answers."""
+    monkeypatch.setattr(zygotes, "workspace_copy", lambda root: ([{"kind": "dir", "path": "../escape"}], b""))
+    ws = tmp_path / "ws"
+    (ws / "probe").mkdir(parents=True)
+    (ws / "probe" / "attack.py").write_text(ATTACKS)
+    spec = WorkerSpec(workspace=ws, module_dir=ws / "probe", device="cpu", limits=Limits())
+    pool = WorkerPool(zygote, spec, module="attack", functions=NAMES)
+    try:
+        assert json.loads(LearnerModule(pool, "cpu", "attack.py").status())["Seccomp"] == "0"
+        assert not isinstance(pool.worker.launched.proc, zygotes.ForkedProcess)
+    finally:
+        pool.close()
+    assert zygote.zygote is not None and zygote.zygote.alive()   # the zygote itself serves on

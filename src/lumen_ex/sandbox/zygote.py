@@ -10,8 +10,8 @@ in a fresh cgroup by this side (the harness) before it runs a line of the learne
 held to the same limits and the same protocol as a worker started on its own: the harness cannot
 tell them apart, and neither can the verdicts (bench/grade_throughput.py compares them).
 
-Where a zygote cannot serve (not x86_64, a CUDA worker, a workspace over WORKSPACE_FILES or
-WORKSPACE_BYTES, a zygote that died or would not start), the launch falls back to the wrapped
+Where a zygote cannot serve (not x86_64, a CUDA worker, a workspace over the bounds of
+src/lumen_ex/sandbox/workspace_copy.py, a zygote that died or would not start), the launch falls back to the wrapped
 launcher's own fresh worker, so nothing is graded differently, only more slowly.
 
 What a forked worker is told and what it says about itself is never trusted: its host pid comes
@@ -26,89 +26,26 @@ import os
 import select
 import signal
 import socket
-import stat
 import struct
 import subprocess
 import tempfile
 import time
 from dataclasses import replace
-from pathlib import Path
 
 from lumen_ex.sandbox.base import WORKER_ENV, Availability, Launched, Launcher, WorkerSpec
 from lumen_ex.sandbox.bwrap import SANDBOX_UID, BwrapLauncher
 from lumen_ex.sandbox.cgroups import Enforcement
 from lumen_ex.sandbox.inside import confine
 from lumen_ex.sandbox.processes import kill_group, reap
+from lumen_ex.sandbox.workspace_copy import ZygoteUnavailable, workspace_copy
 
 START_S = 60.0              # how long a zygote may take to import torch and say it is ready
 FORK_S = 10.0               # how long a fork may take until the worker's init reports its pid
-WORKSPACE_FILES = 500       # a bigger workspace gets a fresh worker with the folder bound instead
-WORKSPACE_BYTES = 32 << 20
-WORKSPACE_DEPTH = 8
 LENGTH = struct.Struct(">I")
-
-
-class ZygoteUnavailable(RuntimeError):
-    """This launch cannot be a fork (the reason is the message); a fresh worker is started instead."""
 
 
 def supported() -> bool:
     return confine.filter_supported() and hasattr(socket, "SO_PASSCRED") and hasattr(socket, "recv_fds")
-
-
-# -------------------------------------------------------------------------------------------------
-# The workspace, copied
-
-
-def workspace_copy(root: Path) -> tuple[list[dict], bytes]:
-    """The workspace's folders, regular files and links under ``root`` (folders first), and the
-    files' bytes in the order they are listed.
-
-    Read by the trusted side from a folder the learner controls: nothing is followed (links are
-    copied as links, other special files are left out), and the walk stops with
-    ZygoteUnavailable past WORKSPACE_FILES entries, WORKSPACE_BYTES or WORKSPACE_DEPTH."""
-    found: list[tuple[dict, bytes]] = []
-    total = 0
-    pending = [(Path(root), "", 0)]
-    while pending:
-        folder, prefix, depth = pending.pop()
-        if depth > WORKSPACE_DEPTH:
-            raise ZygoteUnavailable("the workspace is too deep to copy")
-        with os.scandir(folder) as listing:
-            items = sorted(listing, key=lambda e: e.name)
-        for item in items:
-            if len(found) >= WORKSPACE_FILES:
-                raise ZygoteUnavailable("the workspace has too many files to copy")
-            relative = f"{prefix}{item.name}"
-            info = item.stat(follow_symlinks=False)
-            if stat.S_ISLNK(info.st_mode):
-                found.append(({"kind": "link", "path": relative, "target": os.readlink(item.path)[:4096]}, b""))
-            elif stat.S_ISDIR(info.st_mode):
-                found.append(({"kind": "dir", "path": relative}, b""))
-                pending.append((Path(item.path), relative + "/", depth + 1))
-            elif stat.S_ISREG(info.st_mode):
-                content = _read_regular(item.path, WORKSPACE_BYTES - total)
-                total += len(content)
-                found.append(({"kind": "file", "path": relative, "size": len(content),
-                               "mode": info.st_mode & 0o777}, content))
-    found.sort(key=lambda pair: (pair[0]["kind"] != "dir", pair[0]["path"].count("/"), pair[0]["path"]))
-    return [entry for entry, _ in found], b"".join(content for _, content in found)
-
-
-def _read_regular(path: str, budget: int) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return b""
-        chunks, size = [], 0
-        while chunk := os.read(fd, 1 << 20):
-            size += len(chunk)
-            if size > budget:
-                raise ZygoteUnavailable("the workspace is too large to copy")
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -277,6 +214,17 @@ def send_setup(channel: socket.socket, setup: dict, data: bytes, timeout: float 
         raise ZygoteUnavailable(f"the forked worker did not take its setup ({exc})") from None
 
 
+def _wait_built(channel: socket.socket, zygote: Zygote) -> None:
+    """Wait for the init's word that the worker's sandbox is built (else ZygoteUnavailable)."""
+    channel.settimeout(FORK_S)
+    try:
+        answer = channel.recv(1)
+    except OSError:
+        answer = b""
+    if answer != b"r":
+        raise ZygoteUnavailable(f"a forked worker's sandbox could not be built: {zygote.log_tail() or 'no answer'}")
+
+
 class ZygoteLauncher(Launcher):
     """The bwrap launcher, with workers forked from one warm zygote where they can be
     (:func:`supported`, a CPU worker, a workspace within the copy's bounds); any other launch, and
@@ -322,7 +270,11 @@ class ZygoteLauncher(Launcher):
         if self.zygote is not None and not self.zygote.alive():
             self._drop()
         if self.zygote is None:
-            self.zygote = Zygote(self.inner, spec)
+            try:
+                self.zygote = Zygote(self.inner, spec)
+            except OSError as exc:
+                self.failures += 1
+                raise ZygoteUnavailable(f"the zygote could not be started: {exc}") from None
         try:
             self.zygote.wait_ready()
         except ZygoteUnavailable:
@@ -354,6 +306,7 @@ class ZygoteLauncher(Launcher):
                 enforcement.cgroup.add(pid)      # before the worker exists: it is forked in there
             send_setup(channel, {"tmp_bytes": spec.limits.tmp_mb << 20, "rlimits": enforcement.rlimits(),
                                  "entries": entries}, data)
+            _wait_built(channel, zygote)
         except BaseException:
             if channel is not None:
                 kill_group(pid)

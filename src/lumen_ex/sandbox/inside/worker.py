@@ -1,10 +1,9 @@
 """The untrusted side of the pipe: imports the learner's module and answers calls.
 
-Runs inside the sandbox as ``python -I -B worker.py fds REQ_FD REP_FD`` (requests and replies on two
-inherited pipe ends) or ``python -I -B worker.py stdio`` (requests on stdin, replies on stdout).
-Only this folder is visible to it (this file and the wire format: ``wire.py`` and the
-``wire_*.py`` files it imports): no hidden test, reference or result ever enters this process. The learner's code shares the process with this shim and can tamper with anything
-here, so the harness treats every reply as a claim and checks the values itself.
+Runs in the sandbox as ``python -I -B worker.py fds REQ_FD REP_FD`` (two inherited pipe ends) or
+``... worker.py stdio``, or is forked from the zygote (zygote.py). Only this folder is visible to it:
+no hidden test, reference or result ever enters this process. The learner's code shares the process
+and can tamper with anything here, so the harness treats every reply as a claim and checks it.
 
 Protocol, after the worker says hello:
 
@@ -49,12 +48,10 @@ def _wire_module():
 
 
 def _load_meta_kernels() -> None:
-    """torch loads its meta-device kernels (torch._meta_registrations, torch._decomp: about a second)
-    on the first meta operation, and the hidden suites check devices on meta. A worker started in
-    advance (``+warm``: watch, serve, a grading process's next job) does it here, before its hello
-    and before any learner code, so that the check it serves does not wait for it. Loading them sets
-    variables of torch's own (TORCHINDUCTOR_CACHE_DIR); the learner's code sees the environment as
-    the sandbox made it, so those are taken out again."""
+    """torch loads its meta-device kernels (about a second) on the first meta operation, which the
+    hidden suites use. A worker started in advance (``+warm``) or the zygote loads them here, before
+    any learner code; the variables torch sets meanwhile (TORCHINDUCTOR_CACHE_DIR) are taken out
+    again, so that the learner's code sees the environment as the sandbox made it."""
     environment = dict(os.environ)
     on_meta = torch.arange(2, device="meta")
     (on_meta[:, None] <= on_meta[None, :]).sum()
@@ -66,20 +63,18 @@ def main(argv: list[str]) -> int:
     if argv[1:2] == ["fds"]:
         req_fd, rep_fd, extra_sites = int(argv[2]), int(argv[3]), argv[4:]
         warm = extra_sites[:1] == ["+warm"]        # sandbox/base.py WARM_FLAG
-        extra_sites = extra_sites[1:] if warm else extra_sites
+        extra_sites = extra_sites[warm:]
     else:  # stdio: keep the real stdin/stdout for frames, send learner prints to stderr
         req_fd, rep_fd, extra_sites, warm = os.dup(0), os.dup(1), argv[2:], False
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         os.dup2(2, 1)
     prepare(extra_sites, warm)
     return serve(req_fd, rep_fd)
 
 
 def prepare(extra_sites: list[str], warm: bool) -> None:
-    """Import the wire format and torch (and, when ``warm``, torch's meta kernels): everything a
-    worker does before it knows which learner it serves. The zygote (zygote.py) does this once
-    and forks a worker per submission from there."""
+    """Import the wire format and torch (and, when ``warm``, its meta kernels): all a worker does
+    before it knows its learner. The zygote (zygote.py) does it once and forks workers from there."""
     sys.path.extend(extra_sites)
     global wire, torch
     wire = _wire_module()
@@ -167,8 +162,7 @@ def import_exact(name: str, file: str, source: bytes | None = None):
 def describe_functions(module, names: list) -> dict:
     found = {}
     for name in names:
-        fn = getattr(module, str(name), None)
-        if fn is None:
+        if (fn := getattr(module, str(name), None)) is None:
             found[name] = None
             continue
         entry = {"callable": callable(fn), "params": []}

@@ -14,7 +14,9 @@ makes one worker in three forks:
    this process's pid as the host sees it), waits while the harness puts it in a fresh cgroup,
    then reads the setup (limits and the workspace's files) and builds the worker's file system:
    its own /proc, an empty /tmp and /dev/shm, /dev read-only, and the workspace on a tmpfs of its
-   own, written from the files sent and then made read-only. It forks the worker and waits for
+   own, written from the files sent and then made read-only. It says so (one byte: a sandbox that
+   could not be built is the grader's failure, and the harness starts a fresh worker instead of
+   charging it to the submission), forks the worker and waits for
    it; when it exits, the init reports its wait status and exits, and the kernel kills everything
    else left in that pid namespace;
 3. the worker (pid 2, as in a fresh bwrap sandbox) sets its resource limits, drops every
@@ -116,6 +118,7 @@ def _init(worker, request_fd: int, reply_fd: int, output_fd: int, channel: socke
     channel.sendall(b"p")                           # the harness reads this one with our pid
     setup = _read_setup(channel)
     _build_file_system(setup)
+    channel.sendall(b"r")                           # its sandbox is built: the harness may rely on it
     child = os.fork()
     if child == 0:
         try:

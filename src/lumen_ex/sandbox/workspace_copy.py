@@ -1,0 +1,81 @@
+"""A learner's workspace, read by the trusted side to be sent to a worker forked from a zygote.
+
+A worker bwrap starts on its own sees the workspace through a read-only bind mount. A worker forked
+from a zygote (src/lumen_ex/sandbox/zygote.py) was forked inside a sandbox made before its
+submission was known, so its init writes a copy of the workspace onto a tmpfs of its own
+(src/lumen_ex/sandbox/inside/zygote.py) from what :func:`workspace_copy` reads here. The folder is
+the learner's: nothing is followed, and the copy is bounded; a workspace past a bound gets a fresh
+worker with the folder bound instead, graded the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+WORKSPACE_FILES = 500       # folders, files and links
+WORKSPACE_BYTES = 32 << 20
+WORKSPACE_DEPTH = 8
+
+
+class ZygoteUnavailable(RuntimeError):
+    """This launch cannot be a fork (the reason is the message); a fresh worker is started instead."""
+
+
+def workspace_copy(root: Path) -> tuple[list[dict], bytes]:
+    """The workspace's folders, regular files and links under ``root`` (folders first), and the
+    files' bytes in the order they are listed.
+
+    Read by the trusted side from a folder the learner controls: nothing is followed (links are
+    copied as links, other special files are left out), and the walk stops with
+    ZygoteUnavailable past WORKSPACE_FILES entries, WORKSPACE_BYTES or WORKSPACE_DEPTH."""
+    try:
+        return _copy(Path(root))
+    except OSError as exc:    # a folder or file the trusted side may not read: bind it instead
+        raise ZygoteUnavailable(f"the workspace could not be copied: {exc.strerror or exc}") from None
+
+
+def _copy(root: Path) -> tuple[list[dict], bytes]:
+    found: list[tuple[dict, bytes]] = []
+    total = 0
+    pending = [(Path(root), "", 0)]
+    while pending:
+        folder, prefix, depth = pending.pop()
+        if depth > WORKSPACE_DEPTH:
+            raise ZygoteUnavailable("the workspace is too deep to copy")
+        with os.scandir(folder) as listing:
+            items = sorted(listing, key=lambda e: e.name)
+        for item in items:
+            if len(found) >= WORKSPACE_FILES:
+                raise ZygoteUnavailable("the workspace has too many files to copy")
+            relative = f"{prefix}{item.name}"
+            info = item.stat(follow_symlinks=False)
+            if stat.S_ISLNK(info.st_mode):
+                found.append(({"kind": "link", "path": relative, "target": os.readlink(item.path)[:4096]}, b""))
+            elif stat.S_ISDIR(info.st_mode):
+                found.append(({"kind": "dir", "path": relative}, b""))
+                pending.append((Path(item.path), relative + "/", depth + 1))
+            elif stat.S_ISREG(info.st_mode):
+                content = _read_regular(item.path, WORKSPACE_BYTES - total)
+                total += len(content)
+                found.append(({"kind": "file", "path": relative, "size": len(content),
+                               "mode": info.st_mode & 0o777}, content))
+    found.sort(key=lambda pair: (pair[0]["kind"] != "dir", pair[0]["path"].count("/"), pair[0]["path"]))
+    return [entry for entry, _ in found], b"".join(content for _, content in found)
+
+
+def _read_regular(path: str, budget: int) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            size += len(chunk)
+            if size > budget:
+                raise ZygoteUnavailable("the workspace is too large to copy")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
