@@ -96,7 +96,7 @@ ATTACKS = textwrap.dedent('''
     def signal_everyone(zygote_pid):
         sent = {}
         for sig in (signal.SIGSTOP, signal.SIGKILL):
-            for pid in [-1, 0, int(zygote_pid), *range(1, 32768)]:
+            for pid in [-1, int(zygote_pid), *range(1, 32768)]:     # (not 0: its own group, itself)
                 if pid == os.getpid():
                     continue
                 try:
@@ -104,7 +104,7 @@ ATTACKS = textwrap.dedent('''
                     sent[pid] = sent.get(pid, 0) + 1
                 except OSError:
                     pass
-        return json.dumps(sorted(p for p in sent if p not in (0,)))
+        return json.dumps(sorted(sent))
 
     def trace(zygote_pid):
         out = {}
@@ -309,12 +309,9 @@ def test_signals_cannot_reach_the_zygote(zygote, tmp_path):
     target = _zygote_pid(zygote)
     try:
         reached = json.loads(first.signal_everyone(target))
-    except WorkerFailure:
-        reached = None     # it may have killed itself with kill(-1) or its group: that is its own loss
     finally:
         first.pool.close()
-    if reached is not None:
-        assert target not in reached or target in (1, 2), reached
+    assert set(reached) <= {-1, 1}, reached    # only its own init (which ignores them) was there to signal
     assert zygote.zygote is not None and zygote.zygote.alive()
     assert _state(target) != "T", "the zygote was stopped"
     later = student(tmp_path, zygote, "later")
