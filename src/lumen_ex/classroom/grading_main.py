@@ -205,7 +205,7 @@ def _warm_up(inner, job: JobRequest) -> None:
     if isinstance(inner, ZygoteLauncher):
         try:
             inner.start(job_worker_spec(job))
-        except Exception:  # noqa: BLE001  the first launch starts it (or falls back) instead
+        except Exception:  # noqa: BLE001  a job that cannot be described fails in its check instead
             pass
     from lumen_ex.harness import client, plugin, proxy, runner  # noqa: F401  (they import torch and pytest)
 

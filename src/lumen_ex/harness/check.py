@@ -80,7 +80,7 @@ def check_here(ex, workspace: Path, learner_file: Path, launcher: Launcher, *, s
     keeps one ready between saves (src/lumen_ex/learner/prewarm.py). It is killed when the check ends.
     ``lean``: run pytest without the plugins no suite needs (src/lumen_ex/harness/runner.py LEAN_DISABLED);
     every check does, the same whoever asks for it, so that every way of grading gives the same verdicts.
-    ``run_tests``: called instead of ``_run_tests`` with the same arguments (watch mode runs a
+    ``run_tests``: called instead of :func:`fresh_session` with the same arguments (watch mode runs a
     pytest session collected in advance).
     """
     started = time.monotonic() if started is None else started
@@ -106,7 +106,7 @@ def check_here(ex, workspace: Path, learner_file: Path, launcher: Launcher, *, s
                           call_timeout=ex.times.call_seconds,
                           run_deadline=started + ex.times.run_seconds)
         device = _confirm_device(pool, wanted, device)
-        results, errors = (run_tests or _run_tests)(ex, pool, learner_file, seed=seed, device=device,
+        results, errors = (run_tests or fresh_session)(ex, pool, learner_file, seed=seed, device=device,
                                                     select=select, lean=lean)
     finally:
         (pool.close() if pool is not None else first.kill())
@@ -149,8 +149,9 @@ def _confirm_device(pool, wanted: str, device: str) -> str:
     return "cpu"
 
 
-def _run_tests(ex, pool, learner_file: Path, *, seed: int, device: str, select: str | None,
-               lean: bool = True):
+def fresh_session(ex, pool, learner_file: Path, *, seed: int, device: str, select: str | None,
+                  lean: bool = True):
+    """Run the suite in a pytest session of its own (what a check does unless given ``run_tests``)."""
     # lazy: they import torch and pytest, which this module must not before the worker's launch
     from lumen_ex.harness.proxy import LearnerModule
     from lumen_ex.harness.runner import run_suite

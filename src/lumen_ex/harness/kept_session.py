@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import queue
 import threading
+from pathlib import Path
 
 import pytest
 
+from lumen_ex.harness.check import fresh_session
 from lumen_ex.harness.plugin import GradingPlugin
 from lumen_ex.harness.proxy import LearnerModule
-from lumen_ex.harness.runner import run_suite
+from lumen_ex.harness.runner import outcome, run_suite
 
 COLLECT_S = 120.0       # how long configuring and collecting the suite may take
 
@@ -40,8 +42,8 @@ class _Run:
 class _Loop:
     """The plugin that holds the session at its run loop and runs the tests once per submission."""
 
-    def __init__(self, grading: GradingPlugin):
-        self.grading = grading
+    def __init__(self, grading: GradingPlugin, suite_dir: Path):
+        self.grading, self.suite_dir = grading, suite_dir
         self.runs: queue.Queue[_Run | None] = queue.Queue()
         self.collected = threading.Event()
 
@@ -60,7 +62,7 @@ class _Loop:
                     item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
                     if session.shouldfail or session.shouldstop:
                         raise session.Interrupted(str(session.shouldfail or session.shouldstop))
-                run.outcome = self.grading.ordered(), list(self.grading.collect_errors)
+                run.outcome = outcome(self.grading, self.suite_dir)
             except BaseException as exc:  # noqa: BLE001  handed to the check; the session ends
                 run.error = exc
                 run.done.set()
@@ -74,10 +76,9 @@ class KeptSession:
     every submission: :meth:`run` grades one, :meth:`close` ends it."""
 
     def __init__(self, ex, module_file: str, *, seed: int, device: str):   # ex: core.catalog.Exercise
-        self.key = (ex.suite_dir, module_file, seed, device)
         self.module_file, self.device = module_file, device
         self.grading = GradingPlugin(None, seed=seed, device=device, suite=ex.suite)
-        self.loop = _Loop(self.grading)
+        self.loop = _Loop(self.grading, ex.suite_dir)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._main, args=(ex, seed, device), daemon=True,
                                        name="lumen-ex-kept-suite")
@@ -108,10 +109,7 @@ class KeptSession:
                 raise self.error or RuntimeError("the kept pytest session has ended")
         if run.error is not None:
             raise run.error
-        results, errors = run.outcome
-        if not results and not errors:
-            errors = [f"no tests were collected from {self.key[0]}"]
-        return results, errors
+        return run.outcome
 
     def close(self) -> None:
         self.loop.runs.put(None)
@@ -129,8 +127,7 @@ class KeptSessions:
 
     def __call__(self, ex, pool, learner_file, *, seed: int, device: str, select: str | None, lean: bool = True):
         if select or not lean:
-            return run_suite(ex, LearnerModule(pool, device, learner_file.name), seed=seed, device=device,
-                             select=select, lean=lean)
+            return fresh_session(ex, pool, learner_file, seed=seed, device=device, select=select, lean=lean)
         key = (ex.suite_dir, learner_file.name, seed, device)
         session = self.sessions.get(key)
         if session is not None and not session.alive():

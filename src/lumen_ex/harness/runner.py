@@ -70,10 +70,15 @@ def run_suite(ex: Exercise, learner: LearnerModule | None, *, seed: int, device:
     finally:
         for name, value in saved.items():
             _set_env(name, value)
+    return outcome(plugin, here)
+
+
+def outcome(plugin: GradingPlugin, suite_dir: Path) -> tuple[list[TestResult], list[str]]:
+    """A run's results in file order and its collection errors (a suite that collected nothing is one)."""
     results = plugin.ordered()
     if not results and not plugin.collect_errors:
-        plugin.collect_errors.append(f"no tests were collected from {here}")
-    return results, plugin.collect_errors
+        plugin.collect_errors.append(f"no tests were collected from {suite_dir}")
+    return results, list(plugin.collect_errors)
 
 
 @functools.lru_cache(maxsize=64)

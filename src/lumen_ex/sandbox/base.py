@@ -186,18 +186,16 @@ class Launcher(Backend):
 
     def launch(self, spec: WorkerSpec) -> Launched:
         enforcement = self.enforcement(spec)
-        req_r, req_w = os.pipe()
-        rep_r, rep_w = os.pipe()
-        out_r, out_w = os.pipe()
+        pipes = WorkerPipes()
         cmd = None
         try:
-            cmd = self.command(spec, (req_r, rep_w))
+            cmd = self.command(spec, (pipes.req_r, pipes.rep_w))
             proc = subprocess.Popen(
                 cmd.argv,
                 stdin=subprocess.DEVNULL,
-                stdout=out_w,
-                stderr=out_w,
-                pass_fds=(req_r, rep_w),
+                stdout=pipes.out_w,
+                stderr=pipes.out_w,
+                pass_fds=(pipes.req_r, pipes.rep_w),
                 close_fds=True,
                 start_new_session=True,
                 env=dict(WORKER_ENV),
@@ -208,15 +206,38 @@ class Launcher(Backend):
             enforcement.cleanup()
             if cmd is not None and cmd.cleanup is not None:
                 cmd.cleanup()
-            for fd in (req_r, req_w, rep_r, rep_w, out_r, out_w):
-                os.close(fd)
+            pipes.close()
             raise
-        for fd in (req_r, rep_w, out_w):
+        return pipes.hand_over(proc, enforcement, cmd.module_path, {**enforcement.describe(), **self.scratch(spec)},
+                               cmd.cleanup)
+
+
+class WorkerPipes:
+    """The three pipes between the harness and one worker: requests in, replies out, and its
+    output (stdout and stderr). The worker's ends are ``theirs``; :meth:`hand_over` closes them here
+    once the worker holds them, and returns the Launched that holds ours."""
+
+    def __init__(self):
+        self.req_r, self.req_w = os.pipe()
+        self.rep_r, self.rep_w = os.pipe()
+        self.out_r, self.out_w = os.pipe()
+
+    @property
+    def theirs(self) -> tuple[int, int, int]:
+        return self.req_r, self.rep_w, self.out_w
+
+    def close(self) -> None:
+        for fd in (self.req_r, self.req_w, self.rep_r, self.rep_w, self.out_r, self.out_w):
             os.close(fd)
-        for fd in (req_w, rep_r, out_r):
+
+    def hand_over(self, proc, enforcement: Enforcement, module_path: str, limits: dict[str, str],
+                  cleanup=None) -> Launched:
+        for fd in self.theirs:
+            os.close(fd)
+        for fd in (self.req_w, self.rep_r, self.out_r):
             os.set_blocking(fd, False)
-        launched = Launched(proc, req_w, rep_r, out_r, enforcement, cmd.module_path, cmd.cleanup)
-        launched.limits = {**enforcement.describe(), **self.scratch(spec)}
+        launched = Launched(proc, self.req_w, self.rep_r, self.out_r, enforcement, module_path, cleanup)
+        launched.limits = limits
         return launched
 
 
@@ -225,10 +246,19 @@ WARM_FLAG = "+warm"     # worker.py's flag for WorkerSpec.warm (never a folder: 
 
 def worker_argv(python: str, worker_dir: str, fds: tuple[int, int], extra_sites: list[str],
                 warm: bool = False) -> list[str]:
+    return [*_inside(python, worker_dir, "worker.py"), "fds", str(fds[0]), str(fds[1]),
+            *([WARM_FLAG] if warm else []), *extra_sites]
+
+
+def zygote_argv(python: str, worker_dir: str, control_fd: int, extra_sites: list[str]) -> list[str]:
+    """The zygote's command line (src/lumen_ex/sandbox/inside/zygote.py; src/lumen_ex/sandbox/zygote.py)."""
+    return [*_inside(python, worker_dir, "zygote.py"), str(control_fd), *extra_sites]
+
+
+def _inside(python: str, worker_dir: str, script: str) -> list[str]:
     # -I: no user site, no PYTHON* variables, no script folder on sys.path; -B: no .pyc files;
     # -u: unbuffered, so prints reach the output pipe in the order they were made.
-    return [python, "-I", "-B", "-u", f"{worker_dir}/worker.py", "fds", str(fds[0]), str(fds[1]),
-            *([WARM_FLAG] if warm else []), *extra_sites]
+    return [python, "-I", "-B", "-u", f"{worker_dir}/{script}"]
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from lumen_ex.sandbox.base import (
     inside_dir,
     python_runtime,
     worker_argv,
+    zygote_argv,
 )
 
 SANDBOX_UID = 65534
@@ -49,8 +50,7 @@ class BwrapLauncher(Launcher):
     def command(self, spec: WorkerSpec, fds: tuple[int, int]) -> Command:
         runtime = python_runtime()
         worker = worker_argv(runtime.python, "/lumen", fds, list(runtime.extra_sites), warm=spec.warm)
-        module_path = "/workspace/" + str(spec.module_dir.resolve().relative_to(spec.workspace.resolve()))
-        return self._command(spec, runtime, worker, module_path.rstrip("/."))
+        return self._command(spec, runtime, worker, module_path(spec))
 
     def zygote_command(self, spec: WorkerSpec, control_fd: int) -> Command:
         """A zygote for workers like ``spec`` (src/lumen_ex/sandbox/zygote.py): the same sandbox as a
@@ -58,7 +58,7 @@ class BwrapLauncher(Launcher):
         device nodes, and CAP_SYS_ADMIN in the sandbox's user namespace, which the zygote needs to
         give each worker namespaces and mounts of its own and which no worker keeps."""
         runtime = python_runtime()
-        zygote = [runtime.python, "-I", "-B", "-u", "/lumen/zygote.py", str(control_fd), *runtime.extra_sites]
+        zygote = zygote_argv(runtime.python, "/lumen", control_fd, list(runtime.extra_sites))
         return self._command(spec, runtime, zygote, "", zygote=True)
 
     def _command(self, spec: WorkerSpec, runtime, program: list[str], module_path: str,
@@ -115,6 +115,13 @@ class BwrapLauncher(Launcher):
             args += ["--ro-bind", binds.source(spec.workspace.resolve()), "/workspace"]
         args += ["--remount-ro", "/", "--chdir", "/tmp", "--"]   # else bwrap's root tmpfs (/, /etc, ...) is writable
         return args + program
+
+
+def module_path(spec: WorkerSpec) -> str:
+    """The learner's module folder as a bwrap worker sees it: under /workspace, where its workspace
+    is bound (or, for a worker forked from a zygote, copied)."""
+    inside = "/workspace/" + str(spec.module_dir.resolve().relative_to(spec.workspace.resolve()))
+    return inside.rstrip("/.")
 
 
 def _plain_dev() -> list[str]:

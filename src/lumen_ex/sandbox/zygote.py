@@ -32,8 +32,8 @@ import tempfile
 import time
 from dataclasses import replace
 
-from lumen_ex.sandbox.base import WORKER_ENV, Availability, Launched, Launcher, WorkerSpec
-from lumen_ex.sandbox.bwrap import SANDBOX_UID, BwrapLauncher
+from lumen_ex.sandbox.base import WORKER_ENV, Availability, Launched, Launcher, WorkerPipes, WorkerSpec
+from lumen_ex.sandbox.bwrap import SANDBOX_UID, BwrapLauncher, module_path
 from lumen_ex.sandbox.cgroups import Enforcement
 from lumen_ex.sandbox.inside import confine
 from lumen_ex.sandbox.processes import kill_group, reap
@@ -253,28 +253,38 @@ class ZygoteLauncher(Launcher):
         return self.inner.command(spec, fds)
 
     def launch(self, spec: WorkerSpec) -> Launched:
-        if spec.device != "cpu" or not supported() or self.failures >= 2:
+        if not self._can_fork(spec):
             return self.inner.launch(spec)
         try:
             return self._fork(spec)
         except ZygoteUnavailable:
             return self.inner.launch(spec)
 
+    def _can_fork(self, spec: WorkerSpec) -> bool:
+        return spec.device == "cpu" and supported() and self.failures < 2
+
     def start(self, spec: WorkerSpec) -> None:
         """Start the zygote now, without waiting for it, so that its torch import overlaps with
-        whatever the caller does next (a grading process imports its own)."""
-        if self.zygote is None and spec.device == "cpu" and supported() and self.failures < 2:
+        whatever the caller does next (a grading process imports its own). Any failure is left
+        for the first launch, which then starts a fresh worker."""
+        if self.zygote is None and self._can_fork(spec):
+            try:
+                self._new_zygote(spec)
+            except ZygoteUnavailable:
+                pass
+
+    def _new_zygote(self, spec: WorkerSpec) -> None:
+        try:
             self.zygote = Zygote(self.inner, spec)
+        except OSError as exc:
+            self.failures += 1
+            raise ZygoteUnavailable(f"the zygote could not be started: {exc}") from None
 
     def _zygote(self, spec: WorkerSpec) -> Zygote:
         if self.zygote is not None and not self.zygote.alive():
             self._drop()
         if self.zygote is None:
-            try:
-                self.zygote = Zygote(self.inner, spec)
-            except OSError as exc:
-                self.failures += 1
-                raise ZygoteUnavailable(f"the zygote could not be started: {exc}") from None
+            self._new_zygote(spec)
         try:
             self.zygote.wait_ready()
         except ZygoteUnavailable:
@@ -290,15 +300,14 @@ class ZygoteLauncher(Launcher):
 
     def _fork(self, spec: WorkerSpec) -> Launched:
         entries, data = workspace_copy(spec.workspace.resolve())
-        module_path = "/workspace/" + str(spec.module_dir.resolve().relative_to(spec.workspace.resolve()))
+        inside = module_path(spec)
         zygote = self._zygote(spec)
         enforcement = self.enforcement(spec)
-        pipes = [os.pipe() for _ in range(3)]    # requests, replies, output
-        theirs = (pipes[0][0], pipes[1][1], pipes[2][1])
+        pipes = WorkerPipes()
         channel = None
         try:
             try:
-                pid, channel = zygote.fork(theirs)
+                pid, channel = zygote.fork(pipes.theirs)
             except ZygoteUnavailable:
                 self._drop()
                 raise
@@ -312,19 +321,11 @@ class ZygoteLauncher(Launcher):
                 kill_group(pid)
                 channel.close()
             enforcement.cleanup()
-            for r, w in pipes:
-                os.close(r)
-                os.close(w)
+            pipes.close()
             raise
-        for fd in theirs:
-            os.close(fd)
-        ours = (pipes[0][1], pipes[1][0], pipes[2][0])
-        for fd in ours:
-            os.set_blocking(fd, False)
         self.forked += 1
-        launched = Launched(ForkedProcess(pid, channel), *ours, enforcement, module_path.rstrip("/."))
-        launched.limits = {**enforcement.describe(), **self.scratch(spec)}
-        return launched
+        return pipes.hand_over(ForkedProcess(pid, channel), enforcement, inside,
+                               {**enforcement.describe(), **self.scratch(spec)})
 
     def close(self) -> None:
         """Stop the zygote (and so every worker it forked)."""
