@@ -435,3 +435,32 @@ def test_a_forked_sandbox_that_cannot_be_built_gets_a_fresh_worker_instead(zygot
     finally:
         pool.close()
     assert zygote.zygote is not None and zygote.zygote.alive()   # the zygote itself serves on
+
+
+def test_a_forked_worker_that_cannot_join_its_cgroup_gets_a_fresh_worker_instead(zygote, tmp_path, monkeypatch):
+    """Moving the init into its cgroup fails (here on purpose): the init is killed and a fresh
+    worker takes the check, as for any other failure of the grader's own."""
+    from lumen_ex.sandbox.cgroups import Cgroup
+
+    if Cgroup.create(Limits()) is None:
+        pytest.skip("no cgroup here")
+
+    joined = Cgroup.add
+
+    def refuse(self, pid):     # another process (the forked init) is refused; a fresh worker joins itself
+        if pid != os.getpid():
+            raise PermissionError(13, "refused on purpose")
+        joined(self, pid)
+
+    monkeypatch.setattr(Cgroup, "add", refuse)
+    ws = tmp_path / "ws"
+    (ws / "probe").mkdir(parents=True)
+    (ws / "probe" / "attack.py").write_text(ATTACKS)
+    spec = WorkerSpec(workspace=ws, module_dir=ws / "probe", device="cpu", limits=Limits())
+    pool = WorkerPool(zygote, spec, module="attack", functions=NAMES)
+    try:
+        assert json.loads(LearnerModule(pool, "cpu", "attack.py").status())["Seccomp"] == "0"
+        assert not isinstance(pool.worker.launched.proc, zygotes.ForkedProcess)
+    finally:
+        pool.close()
+    assert zygote.zygote is not None and zygote.zygote.alive()

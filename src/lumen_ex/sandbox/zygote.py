@@ -312,7 +312,10 @@ class ZygoteLauncher(Launcher):
                 self._drop()
                 raise
             if enforcement.cgroup is not None:
-                enforcement.cgroup.add(pid)      # before the worker exists: it is forked in there
+                try:
+                    enforcement.cgroup.add(pid)      # before the worker exists: it is forked in there
+                except OSError as exc:
+                    raise ZygoteUnavailable(f"a forked worker could not be put in its cgroup: {exc}") from None
             send_setup(channel, {"tmp_bytes": spec.limits.tmp_mb << 20, "rlimits": enforcement.rlimits(),
                                  "entries": entries}, data)
             _wait_built(channel, zygote)
