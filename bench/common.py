@@ -62,13 +62,23 @@ def _pss(pid: int, rss: int) -> int:
     return rss
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 class TreeMemory:
     """The peak memory of a process and all its descendants, sampled from /proc every ``interval``
     seconds while it runs: the sum of their proportional set sizes (PSS: a page shared by n
     processes counts 1/n in each, so torch's pages, shared by a zygote and the workers forked from
     it, count once), or of their RSS where smaps_rollup cannot be read (shared pages then counted
     once per process: an upper bound). Start it with the process's pid; ``stop()`` returns the peak
-    in bytes."""
+    in bytes. The processes of docker grading slots (src/lumen_ex/sandbox/docker_slot.py) count too:
+    they are the docker engine's children, not the grading process's."""
+
+    SLOT_MARK = b"/run/lumen/zygote.sock"    # on the command line of a slot's init and zygote
 
     def __init__(self, pid: int, interval: float = 0.2):
         import threading
@@ -89,12 +99,13 @@ class TreeMemory:
                 rss[int(entry.name)] = int(stat[21]) * 4096
             except (OSError, IndexError, ValueError):
                 continue
+        roots = {self.pid} | {pid for pid in rss if self.SLOT_MARK in _cmdline(pid)}
         total = 0
         for pid in rss:
             p, hops = pid, 0
-            while p and p != self.pid and hops < 64:
+            while p and p not in roots and hops < 64:
                 p, hops = parents.get(p, 0), hops + 1
-            if p == self.pid:
+            if p in roots:
                 total += _pss(pid, rss[pid])
         return total
 

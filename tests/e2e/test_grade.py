@@ -424,7 +424,9 @@ def test_finding_the_learners_file(tmp_path):
 
 
 def _our_containers(path: Path) -> list[str]:
-    """Containers (running or not) with a mount from below ``path``."""
+    """Containers (running or not) with a mount from below ``path`` (a check's own container, or a
+    fresh worker's), and every grading slot (src/lumen_ex/sandbox/docker_slot.py: no mount of a
+    student's folder, it is sent each workspace)."""
     from lumen_ex.image import engine
 
     listed = engine.docker("ps", "-aq", timeout=30)
@@ -436,7 +438,8 @@ def _our_containers(path: Path) -> list[str]:
             assert "No such" in inspected.err, inspected.err      # removed since `docker ps`
             continue
         info = json.loads(inspected.out)[0]
-        if any(str(m.get("Source", "")).startswith(str(path)) for m in info.get("Mounts", [])):
+        if info["Name"].startswith("/lumen-slot-") or any(
+                str(m.get("Source", "")).startswith(str(path)) for m in info.get("Mounts", [])):
             names.append(info["Name"])
     return names
 

@@ -4,7 +4,7 @@ shows each student's submission time, its source, the penalty and the final scor
 
 The same run checks two things about a run's surroundings: the note about two entries with one
 name is printed before grading starts, the plain progress lines say who is being graded, and the
-scratch folder and bwrap stage that a killed run left (named with a pid that no longer exists)
+scratch folder, bwrap stage and docker slot folder that a killed run left (named with a pid that no longer exists)
 are removed (src/lumen_ex/classroom/leftovers.py).
 """
 
@@ -189,6 +189,8 @@ def test_a_class_with_a_deadline_through_the_real_command(tmp_path):
     (tmp / f"lumen-ex-stage-{pid}-xyz" / "0").mkdir(parents=True)
     (tmp / f"lumen-ex-stage-{pid}-xyz" / "1").write_text("")
     live = Path(tempfile.mkdtemp(prefix=f"lumen-ex-stage-{os.getpid()}-"))              # a live owner: kept
+    (tmp / f"lumen-ex-slot-{pid}-xyz" / "control").mkdir(parents=True)                 # a docker slot's folder
+    (tmp / f"lumen-ex-slot-{pid}-xyz" / "seccomp.json").write_text("{}")
     sandbox = best_sandbox()
     proc = grade([str(subs), "-e", "1", "--out", str(out), "--jobs", "2", "--sandbox", sandbox, "--seed", "3",
                   "--due", "2026-03-01T23:59+00:00", "--late-penalty", "10", "--late-cap", "50", "--grace", "15m",
@@ -216,6 +218,7 @@ def test_a_class_with_a_deadline_through_the_real_command(tmp_path):
     # the leftovers of the killed run are gone; the live one is kept
     assert not (out / f".scratch-{pid}-abc").exists()
     assert not (tmp / f"lumen-ex-stage-{pid}-xyz").exists()
+    assert not (tmp / f"lumen-ex-slot-{pid}-xyz").exists()
     assert live.exists()
     live.rmdir()
     assert not list(out.glob(".scratch-*"))

@@ -10,6 +10,7 @@ container holds, and a hung check is killed and removed by name on a timeout and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -30,6 +31,8 @@ from lumen_ex.core.results import Diagnosis, RunResult, SandboxInfo, Status
 from lumen_ex.core.results import TestResult as Record
 from lumen_ex.harness.check import run_check
 from lumen_ex.sandbox import docker as docker_backend
+from lumen_ex.sandbox import docker_slot
+from lumen_ex.sandbox.base import WorkerSpec
 from lumen_ex.sandbox.docker import DockerSandbox
 from lumen_ex.sandbox.result_document import MAX_BYTES, DocumentError, parse_document, read_document
 
@@ -59,7 +62,7 @@ def _values(argv: list[str], flag: str) -> list[str]:
 def test_run_line_holds_every_isolation_flag(tmp_path):
     argv = _argv(tmp_path)
     lim = Limits()
-    assert argv[1:3] == ["run", "--rm"]
+    assert argv[1] == "run" and "--rm" in argv
     assert _values(argv, "--network") == ["none"]
     assert "--read-only" in argv
     assert _values(argv, "--ipc") in (["none"], ["private"])
@@ -81,6 +84,55 @@ def test_run_line_holds_every_isolation_flag(tmp_path):
     # The seed reaches the container through the environment only (the worker can read command lines).
     assert "LUMEN_EX_SEED" in _values(argv, "--env")
     assert not any(a.startswith("LUMEN_EX_SEED=") for a in argv)
+
+
+def _spec(tmp_path) -> WorkerSpec:
+    ws = _ws(tmp_path)
+    return WorkerSpec(workspace=ws, module_dir=ws / EX1.dir, device="cpu", limits=Limits())
+
+
+def test_a_grading_slot_runs_unprivileged_with_only_its_control_folder(tmp_path):
+    """The slot of src/lumen_ex/sandbox/docker_slot.py: never root, no capability, no student's
+    folder, and the two settings its zygote needs (its own seccomp profile, /proc uncovered)."""
+    argv = docker_slot.slot_argv("img:1", "lumen-slot-x", tmp_path / "control", tmp_path / "seccomp.json",
+                                 _spec(tmp_path))
+    assert argv[1] == "run" and "--rm" in argv and "--read-only" in argv
+    assert _values(argv, "--network") == ["none"] and _values(argv, "--ipc") == ["private"]
+    assert _values(argv, "--user") == ["61001:61001"]
+    assert _values(argv, "--cap-drop") == ["ALL"] and not _values(argv, "--cap-add")
+    assert sorted(_values(argv, "--security-opt")) == sorted([
+        "no-new-privileges", f"seccomp={tmp_path / 'seccomp.json'}", "systempaths=unconfined"])
+    assert _values(argv, "--mount") == [f"type=bind,source={tmp_path / 'control'},target=/run/lumen"]
+    assert "PYTHONHASHSEED=0" in _values(argv, "--env")
+    assert argv[-2:] == ["/opt/lumen/inside/zygote.py", "/run/lumen/zygote.sock"]
+    assert not any(m in " ".join(argv) for m in ("--privileged", "docker.sock", "seccomp=unconfined", "--gpus"))
+
+
+def test_the_slots_seccomp_profile_refuses_what_reaches_past_its_namespaces():
+    profile = json.loads(docker_slot.seccomp_profile())
+    assert profile["defaultAction"] == "SCMP_ACT_ALLOW"
+    [rule] = profile["syscalls"]
+    assert rule["action"] == "SCMP_ACT_ERRNO" and rule["errnoRet"] == 1
+    assert {"bpf", "keyctl", "add_key", "request_key", "perf_event_open", "userfaultfd", "kexec_load",
+            "init_module", "finit_module", "open_by_handle_at", "setns"} <= set(rule["names"])
+    assert not {"unshare", "mount", "clone"} & set(rule["names"])     # what the zygote needs
+
+
+def test_a_fresh_worker_container_gets_the_workspace_read_only_and_dockers_own_profile(tmp_path):
+    launcher = docker_slot.DockerWorkerLauncher("img:1")
+    spec = _spec(tmp_path)
+    enforcement = launcher.enforcement(spec)
+    argv = launcher._command(spec, enforcement).argv
+    assert "--interactive" in argv and "--rm" not in argv        # removed by name after it is read
+    assert _values(argv, "--name") == [enforcement.name]
+    assert _values(argv, "--user") == ["61001:61001"] and not _values(argv, "--cap-add")
+    assert _values(argv, "--security-opt") == ["no-new-privileges"]          # docker's default seccomp
+    assert _values(argv, "--mount") == [f"type=bind,source={spec.workspace.resolve()},target=/workspace,readonly"]
+    assert f"cpu={Limits().cpu_seconds}:{Limits().cpu_seconds + 1}" in _values(argv, "--ulimit")
+    assert _values(argv, "--memory") == [f"{Limits().memory_mb}m"] == _values(argv, "--memory-swap")
+    assert "--gpus" not in argv
+    cuda = dataclasses.replace(spec, device="cuda")
+    assert _values(launcher._command(cuda, enforcement).argv, "--gpus") == ["all"]
 
 
 def test_gpus_only_when_asked(tmp_path):

@@ -8,6 +8,10 @@ abstract socket or a shared-memory segment, a keyring, a new user namespace, a w
 reading its pipe. Each attack is also shown to work where it should (in the same worker, or in the
 unisolated mode), so that a probe that could not fail proves nothing.
 
+Every test runs under both zygotes: bwrap's (one per grading process) and the docker backend's, in
+a grading slot's long-lived container (src/lumen_ex/sandbox/docker_slot.py), whose fallback is a fresh
+worker in a container of its own.
+
 The same guarantees for the workers bwrap starts on its own are in tests/sandbox/test_sandbox.py,
 whose isolation and limit tests also run every probe in a forked worker.
 """
@@ -22,24 +26,27 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import CORPORA, CORPUS, REFERENCES, requires_bwrap
+from conftest import CORPORA, CORPUS, REFERENCES
+from docker_support import docker_param
 
 from lumen_ex.harness.client import WorkerFailure, WorkerPool
 from lumen_ex.harness.proxy import LearnerModule
-from lumen_ex.sandbox import workspace_copy
+from lumen_ex.sandbox import docker, workspace_copy
 from lumen_ex.sandbox import zygote as zygotes
 from lumen_ex.sandbox.base import WorkerSpec
 from lumen_ex.sandbox.bwrap import BwrapLauncher
 from lumen_ex.sandbox.cgroups import Limits
+from lumen_ex.sandbox.docker_slot import DockerSlotLauncher
 
-pytestmark = [requires_bwrap, pytest.mark.skipif(not zygotes.supported(), reason="no zygote on this machine")]
+pytestmark = pytest.mark.skipif(not zygotes.supported(), reason="no zygote on this machine")
 
 ATTACKS = textwrap.dedent('''
     import ctypes, json, os, signal, socket, sys, time
 
     libc = ctypes.CDLL(None, use_errno=True)
     HELD = []
-    FOLDERS = ("/tmp", "/dev/shm", "/dev", "/workspace", "/workspace/probe", "/", "/lumen", "/proc", "/usr")
+    FOLDERS = ("/tmp", "/dev/shm", "/dev", "/dev/mqueue", "/workspace", "/workspace/probe", "/", "/lumen", "/proc",
+               "/usr", "/run/lumen", "/sys/fs/cgroup", "/opt/lumen/inside")
 
     def _err():
         return os.strerror(ctypes.get_errno())
@@ -159,20 +166,41 @@ ATTACKS = textwrap.dedent('''
         out["clone_user"] = "cloned" if r > 0 else _err()
         return json.dumps(out)
 
+    def reach_control():
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            s.connect("/run/lumen/zygote.sock")      # where a docker slot's zygote connected
+            return "connected"
+        except OSError as exc:
+            return type(exc).__name__
+        finally:
+            s.close()
+
     def stall():
         time.sleep(3600)
 ''')
 
 NAMES = ["status", "leave_files", "find_files", "leave_process", "processes", "tamper", "intact",
          "signal_everyone", "trace", "hold_abstract", "reach_abstract", "hold_shm", "reach_shm",
-         "keys_and_namespaces", "stall"]
+         "keys_and_namespaces", "reach_control", "stall"]
 
 
-@pytest.fixture(scope="module")
-def zygote():
-    launcher = zygotes.ZygoteLauncher(BwrapLauncher())
+@pytest.fixture(scope="module", params=["bwrap", docker_param()])
+def zygote(request):
+    """A launcher whose workers are forked from one zygote: bwrap's, or a docker grading slot's."""
+    if request.param == "bwrap":
+        if not BwrapLauncher.availability().ok:
+            pytest.skip(BwrapLauncher.availability().reason)
+        launcher = zygotes.ZygoteLauncher(BwrapLauncher())
+    else:
+        launcher = DockerSlotLauncher(docker.probe()[1].ref)
     yield launcher
     launcher.close()
+
+
+def fresh_backend(launcher):
+    """What grades a submission without a zygote, under the same backend."""
+    return BwrapLauncher() if launcher.name == "bwrap" else docker.DockerSandbox(launcher.image)
 
 
 def student(tmp_path: Path, launcher, name: str, call_timeout: float = 30.0) -> LearnerModule:
@@ -192,6 +220,8 @@ def student(tmp_path: Path, launcher, name: str, call_timeout: float = 30.0) -> 
 
 def _zygote_pid(launcher) -> int:
     """The pid, as the host sees it, of the python process inside the zygote's sandbox."""
+    if launcher.zygote.pid is not None:
+        return launcher.zygote.pid     # a slot's zygote: the kernel said who connected
     outer = launcher.zygote.proc.pid
     found = [p for p in _descendants(outer) if b"zygote.py" in _cmdline(p) and _ppid(p) not in
              [q for q in _descendants(outer) if b"zygote.py" in _cmdline(q)]]
@@ -347,6 +377,17 @@ def test_sockets_and_shared_memory_reach_no_other_student(zygote, tmp_path):
         alongside.pool.close()
 
 
+def test_the_zygotes_socket_is_closed_to_workers(zygote, tmp_path):
+    """A slot's zygote connected to this side through a socket in a folder bound into its
+    container: once it has, the socket is gone and the folder read-only in every worker."""
+    sub = student(tmp_path, zygote, "a")
+    try:
+        assert sub.reach_control() in ("FileNotFoundError", "ConnectionRefusedError", "PermissionError")
+        assert json.loads(sub.leave_files("lumen-control-probe"))["/run/lumen"] != "written"
+    finally:
+        sub.pool.close()
+
+
 def test_no_keyring_and_no_user_namespace(zygote, tmp_path):
     sub = student(tmp_path, zygote, "a")
     try:
@@ -384,6 +425,11 @@ def test_the_zygote_shows_in_no_worker_and_forks_many(zygote, tmp_path):
     assert zygote.forked - before == 50 and zygote.failures == 0
 
 
+def _fresh_seccomp(launcher) -> str:
+    """A fresh worker's seccomp mode: none under bwrap, docker's default profile in a container."""
+    return "0" if launcher.name == "bwrap" else "2"
+
+
 def test_a_workspace_too_large_to_copy_gets_a_fresh_worker(zygote, tmp_path, monkeypatch):
     monkeypatch.setattr(workspace_copy, "WORKSPACE_FILES", 1)
     ws = tmp_path / "big"
@@ -411,7 +457,7 @@ def test_verdicts_are_the_same_forked_or_fresh(zygote, tmp_path):
              *[(1, CORPUS / "hostile" / f"{n}.py") for n in ("kill_parent", "sys_exit", "tamper_worker_replies",
                                                               "atexit_exit", "monkeypatch_comparisons")]]
     assert len(cases) == 12 and all(p.is_file() for _, p in cases)
-    fresh = BwrapLauncher()
+    fresh = fresh_backend(zygote)
     for i, (number, path) in enumerate(cases):
         ws = workspace_with(tmp_path / f"case{i}", number, path.read_text())
         results = [run_check(number, workspace=ws, seed=5, record=False, launcher=launcher)
@@ -430,7 +476,7 @@ def test_a_forked_sandbox_that_cannot_be_built_gets_a_fresh_worker_instead(zygot
     spec = WorkerSpec(workspace=ws, module_dir=ws / "probe", device="cpu", limits=Limits())
     pool = WorkerPool(zygote, spec, module="attack", functions=NAMES)
     try:
-        assert json.loads(LearnerModule(pool, "cpu", "attack.py").status())["Seccomp"] == "0"
+        assert json.loads(LearnerModule(pool, "cpu", "attack.py").status())["Seccomp"] == _fresh_seccomp(zygote)
         assert not isinstance(pool.worker.launched.proc, zygotes.ForkedProcess)
     finally:
         pool.close()
@@ -459,7 +505,7 @@ def test_a_forked_worker_that_cannot_join_its_cgroup_gets_a_fresh_worker_instead
     spec = WorkerSpec(workspace=ws, module_dir=ws / "probe", device="cpu", limits=Limits())
     pool = WorkerPool(zygote, spec, module="attack", functions=NAMES)
     try:
-        assert json.loads(LearnerModule(pool, "cpu", "attack.py").status())["Seccomp"] == "0"
+        assert json.loads(LearnerModule(pool, "cpu", "attack.py").status())["Seccomp"] == _fresh_seccomp(zygote)
         assert not isinstance(pool.worker.launched.proc, zygotes.ForkedProcess)
     finally:
         pool.close()

@@ -59,7 +59,9 @@ from lumen_ex.sandbox.base import Availability, Launcher
 from lumen_ex.sandbox.bwrap import BwrapLauncher
 from lumen_ex.sandbox.processes import ignore_stop_signals, signals_interrupt
 from lumen_ex.sandbox.select import from_spec
-from lumen_ex.sandbox.zygote import ZygoteLauncher
+from lumen_ex.sandbox.docker import DockerSandbox
+from lumen_ex.sandbox.docker_slot import DockerSlotLauncher
+from lumen_ex.sandbox.zygote import ZygoteLauncher, supported
 
 STOPPING = False
 _HOLD = 0           # > 0 while a worker is being started (see _signals_held)
@@ -129,8 +131,14 @@ class _signals_held:
 
 def forking(backend):
     """bwrap's workers forked from a warm zygote of this process's own
-    (src/lumen_ex/sandbox/zygote.py); any other backend as it is."""
-    return ZygoteLauncher(backend) if isinstance(backend, BwrapLauncher) else backend
+    (src/lumen_ex/sandbox/zygote.py); docker's from the zygote of one container of this process's
+    own, its slot (src/lumen_ex/sandbox/docker_slot.py), the harness staying here; any other
+    backend as it is."""
+    if isinstance(backend, BwrapLauncher):
+        return ZygoteLauncher(backend)
+    if isinstance(backend, DockerSandbox) and supported():
+        return DockerSlotLauncher(backend.image)
+    return backend
 
 
 def make_prelauncher(inner, on_launch):

@@ -8,7 +8,10 @@ cannot clean up after itself. It can leave:
 - the empty stage folders ``lumen-ex-stage-<pid>-*`` of the bwrap launcher under the temporary
   folder (src/lumen_ex/sandbox/bwrap.py; the mounts inside them lived in a mount namespace that died with the
   launch, so on the host they are empty folders and files);
-- empty worker cgroups ``lumen-ex-<pid>-<n>`` (src/lumen_ex/sandbox/cgroups.py).
+- empty worker cgroups ``lumen-ex-<pid>-<n>`` (src/lumen_ex/sandbox/cgroups.py);
+- the folders ``lumen-ex-slot-<pid>-*`` of docker grading slots under the temporary folder
+  (src/lumen_ex/sandbox/docker_slot.py: a seccomp profile and the folder of a control socket, never a
+  student's file). The slot's container ends by itself when its grading process is gone.
 
 Each name carries the pid of the process that made it, and :func:`sweep` removes only those whose
 process is gone (and, for a stage, only when it holds nothing but empty folders and files). Called
@@ -28,7 +31,8 @@ from lumen_ex.sandbox import cgroups as limits
 
 SCRATCH_PREFIX = ".scratch-"
 STAGE_PREFIX = "lumen-ex-stage-"
-_OWNER = re.compile(r"^(?:\.scratch-|lumen-ex-stage-)(\d+)-")
+SLOT_PREFIX = "lumen-ex-slot-"
+_OWNER = re.compile(r"^(?:\.scratch-|lumen-ex-stage-|lumen-ex-slot-)(\d+)-")
 
 
 def scratch_prefix() -> str:
@@ -76,15 +80,18 @@ def sweep_scratch(out: Path) -> list[Path]:
 
 
 def sweep_stages(tmp: Path | None = None) -> list[Path]:
-    """Remove bwrap stages under the temporary folder whose launcher is gone and that are empty."""
+    """Remove bwrap stages (when empty) and docker slots' folders under the temporary folder whose
+    launcher is gone."""
     removed = []
     root = Path(tmp or tempfile.gettempdir())
     try:
-        candidates = [p for p in root.glob(f"{STAGE_PREFIX}*") if p.is_dir() and not p.is_symlink()]
+        candidates = [p for prefix in (STAGE_PREFIX, SLOT_PREFIX) for p in root.glob(f"{prefix}*")
+                      if p.is_dir() and not p.is_symlink()]
     except OSError:
         return removed
     for folder in candidates:
-        if _OWNER.match(folder.name) and owner_gone(folder.name) and _only_empty_entries(folder):
+        slot = folder.name.startswith(SLOT_PREFIX)
+        if _OWNER.match(folder.name) and owner_gone(folder.name) and (slot or _only_empty_entries(folder)):
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed

@@ -28,7 +28,8 @@ COPY wheelhouse/lumen /wheelhouse/lumen
 #   root          the harness (trusted). docker leaves it only SETUID, SETGID and KILL.
 #   lumen-worker  runs the learner's code (untrusted), uid 61001, no home, no shell, no groups.
 # The worker's user may read only what the worker needs: the Python runtime, torch, and
-# lumen_ex/sandbox/inside (worker.py, wire.py and wire's parts). The rest of lumen-ex (hidden suites, reference, harness),
+# lumen_ex/sandbox/inside (worker.py, wire.py and wire's parts, and the zygote of a grading slot:
+# src/lumen_ex/sandbox/docker_slot.py), linked at /opt/lumen/inside. The rest of lumen-ex (hidden suites, reference, harness),
 # its install record, and /results (the mount point of the results directory) are root's alone.
 RUN set -eu \
  && /opt/lumen/venv/bin/python -m pip install --no-index --no-deps --no-cache-dir \
@@ -46,6 +47,7 @@ RUN set -eu \
  && chmod go+x "$site/lumen_ex" \
  && chmod go+x "$site/lumen_ex/sandbox" \
  && chmod -R go+rX "$site/lumen_ex/sandbox/inside" \
+ && ln -s "$site/lumen_ex/sandbox/inside" /opt/lumen/inside \
  && mkdir -p /workspace /results /run/lumen /autograder \
  && printf '%s\n' '#!/bin/sh' '# Gradescope runs this once per submission: docs/classroom.md, "On Gradescope".' \
         'cd /' 'exec /opt/lumen/venv/bin/lumen-ex-platform gradescope "$@"' > /autograder/run_autograder \

@@ -86,20 +86,12 @@ class DockerSandbox(Backend):
     def argv(self, *, name: str, workspace: Path, results: Path, exercise: int, device: str,
              limits: Limits, select: str | None = None, gpus: bool = False) -> list[str]:
         """The ``docker run`` command for one check (every isolation flag is here)."""
-        memory = f"{limits.memory_mb + HARNESS_MEMORY_MB}m"
         args = [
-            engine_mod.docker_binary() or "docker", "run", "--rm", "--name", name, "--pull", "never",
-            "--init", "--log-driver", "none", "--hostname", "lumen-sandbox",
-            "--network", "none", "--ipc", "none",
-            "--read-only",
-            "--tmpfs", f"/tmp:rw,nosuid,nodev,size={limits.tmp_mb}m,mode=1777",
+            *run_flags(name, tmp_mb=limits.tmp_mb, memory_mb=limits.memory_mb + HARNESS_MEMORY_MB,
+                       processes=limits.processes + HARNESS_PROCESSES, ipc="none"),
+            "--rm",
             "--tmpfs", "/run/lumen:rw,nosuid,nodev,noexec,size=16m,mode=0700",
-            "--memory", memory, "--memory-swap", memory,
-            "--pids-limit", str(limits.processes + HARNESS_PROCESSES),
-            "--cpus", f"{min(CPUS, float(os.cpu_count() or 1)):g}",
-            "--ulimit", "core=0",
-            "--cap-drop", "ALL", "--cap-add", "SETUID", "--cap-add", "SETGID", "--cap-add", "KILL",
-            "--security-opt", "no-new-privileges",
+            "--cap-add", "SETUID", "--cap-add", "SETGID", "--cap-add", "KILL",
             "--user", "0:0",
             "--env", "TMPDIR=/run/lumen",
             "--env", SEED_ENV,          # the value comes from our environment: not on any command line
@@ -153,6 +145,26 @@ class DockerSandbox(Backend):
         return grader_error(ex.summary(), f"docker sandbox: {message}",
                             sandbox=SandboxInfo("docker", True, {}, self.image), device=device, seed=seed,
                             duration=time.monotonic() - started)
+
+
+def run_flags(name: str, *, tmp_mb: int, memory_mb: int, processes: int, ipc: str) -> list[str]:
+    """The start of every ``docker run`` of lumen-ex: the container's name and its confinement
+    (no network, a read-only root, a private /tmp, memory = memory+swap, a pids and a CPU limit, no
+    core files, no capabilities, no-new-privileges); each caller adds what its container needs."""
+    memory = f"{memory_mb}m"
+    return [
+        engine_mod.docker_binary() or "docker", "run", "--name", name, "--pull", "never",
+        "--init", "--log-driver", "none", "--hostname", "lumen-sandbox",
+        "--network", "none", "--ipc", ipc,
+        "--read-only",
+        "--tmpfs", f"/tmp:rw,nosuid,nodev,size={tmp_mb}m,mode=1777",
+        "--memory", memory, "--memory-swap", memory,
+        "--pids-limit", str(processes),
+        "--cpus", f"{min(CPUS, float(os.cpu_count() or 1)):g}",
+        "--ulimit", "core=0",
+        "--cap-drop", "ALL",
+        "--security-opt", "no-new-privileges",
+    ]
 
 
 def select_docker() -> DockerSandbox:

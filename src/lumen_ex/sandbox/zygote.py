@@ -109,36 +109,54 @@ class ForkedProcess:
 
 
 class Zygote:
-    """One zygote process (its bwrap sandbox) and the socket its fork requests go down."""
+    """One zygote process and the socket its fork requests go down.
 
-    def __init__(self, launcher: BwrapLauncher, spec: WorkerSpec):
+    ``proc`` is the process this side started (bwrap, or the docker command line of a slot's
+    container); ``uid`` the host uid its workers must run as. The control socket is either given
+    (a socketpair, inherited by bwrap) or accepted on ``listener`` from a process of ``uid``
+    (a container cannot inherit a descriptor). ``cleanup`` runs after the process is killed (the
+    container's removal, bwrap's stage)."""
+
+    def __init__(self, proc, log, uid: int, *, control: socket.socket | None = None,
+                 listener: socket.socket | None = None, enforcement: Enforcement | None = None, cleanup=None):
+        self.proc, self.log, self.uid = proc, log, uid
+        self.control, self.listener = control, listener
+        self.enforcement, self._cleanup = enforcement, cleanup
+        self.ready = False
+        self.pid: int | None = None     # a connected zygote's pid as this side sees it (from the kernel)
+
+    @classmethod
+    def in_bwrap(cls, launcher: BwrapLauncher, spec: WorkerSpec) -> Zygote:
+        """A zygote in a bwrap sandbox like a worker's (BwrapLauncher.zygote_command)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # Its own limits: no CPU time limit (it lives for a whole batch), the worker's memory limit
         # (torch, shared with every worker it forks, is charged here and not to them).
-        self.enforcement = Enforcement.prepare(replace(spec.limits, cpu_seconds=7 * 24 * 3600, processes=256))
-        self.log = tempfile.TemporaryFile(prefix="lumen-ex-zygote-")   # what it prints (never a learner's)
-        self.control = ours
-        command = launcher.zygote_command(spec, theirs.fileno())
-        self._cleanup = command.cleanup
+        enforcement = Enforcement.prepare(replace(spec.limits, cpu_seconds=7 * 24 * 3600, processes=256))
+        log = tempfile.TemporaryFile(prefix="lumen-ex-zygote-")   # what it prints (never a learner's)
+        uid = SANDBOX_UID if os.geteuid() == 0 else os.geteuid()   # the host uid its workers run as
+        zygote = cls(None, log, uid, control=ours, enforcement=enforcement)
         try:
-            self.proc = subprocess.Popen(
-                command.argv, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
+            command = launcher.zygote_command(spec, theirs.fileno())
+            zygote._cleanup = command.cleanup
+            zygote.proc = subprocess.Popen(
+                command.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 pass_fds=(theirs.fileno(),), close_fds=True, start_new_session=True, env=dict(WORKER_ENV),
-                cwd=command.cwd, preexec_fn=self.enforcement.preexec)
+                cwd=command.cwd, preexec_fn=enforcement.preexec)
         except BaseException:
-            self.close()
+            zygote.close()
             raise
         finally:
             theirs.close()
-        self.ready = False
-        self.uid = SANDBOX_UID if os.geteuid() == 0 else os.geteuid()   # the host uid its workers run as
+        return zygote
 
     def wait_ready(self, timeout: float = START_S) -> None:
         """Block until the zygote has imported torch (or raise ZygoteUnavailable)."""
         if self.ready:
             return
-        readable, _, _ = select.select([self.control], [], [], timeout)
-        message = self.control.recv(4096) if readable else b""
+        deadline = time.monotonic() + timeout
+        if self.control is None:
+            self.control = self._accept(deadline)
+        message = self.control.recv(4096) if self._readable(self.control, deadline) else b""
         try:
             ready = bool(json.loads(message).get("ready")) if message else False
         except ValueError:
@@ -146,6 +164,32 @@ class Zygote:
         if not ready:
             raise ZygoteUnavailable(f"the zygote did not start: {self.log_tail() or 'no answer'}")
         self.ready = True
+
+    def _readable(self, sock: socket.socket, deadline: float) -> bool:
+        """Wait until ``sock`` is readable; False at the deadline or once the zygote has exited."""
+        while (left := deadline - time.monotonic()) > 0:
+            if select.select([sock], [], [], min(left, 0.25))[0]:
+                return True
+            if self.proc is not None and self.proc.poll() is not None:
+                return bool(select.select([sock], [], [], 0)[0])
+        return False
+
+    def _accept(self, deadline: float) -> socket.socket:
+        """The zygote's connection: the first one, from a process of our workers' uid."""
+        listener, self.listener = self.listener, None
+        try:
+            if listener is None or not self._readable(listener, deadline):
+                raise ZygoteUnavailable(f"the zygote did not connect: {self.log_tail() or 'no answer'}")
+            control, _ = listener.accept()
+        finally:
+            if listener is not None:
+                _close_listener(listener)
+        creds = control.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        self.pid, uid, _ = struct.unpack("3i", creds)
+        if uid != self.uid:
+            control.close()
+            raise ZygoteUnavailable(f"the zygote's socket was connected to by uid {uid}, not {self.uid}")
+        return control
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -191,16 +235,30 @@ class Zygote:
 
     def close(self) -> None:
         """Kill the zygote, its sandbox and every worker it forked; idempotent."""
-        proc = getattr(self, "proc", None)
-        if proc is not None:
-            kill_group(proc.pid)
-            reap(proc)
-        self.enforcement.cleanup()
+        if self.proc is not None:
+            kill_group(self.proc.pid)
+            reap(self.proc)
+        if self.enforcement is not None:
+            self.enforcement.cleanup()
         if self._cleanup is not None:
             self._cleanup()
             self._cleanup = None
-        self.control.close()
+        for sock in (self.control, self.listener):
+            if sock is not None:
+                sock.close()
         self.log.close()
+
+
+def _close_listener(listener: socket.socket) -> None:
+    """Close a listening socket, remove its file and shut its folder: nothing may connect again."""
+    path = listener.getsockname()
+    listener.close()
+    if isinstance(path, str) and path.startswith("/"):
+        try:
+            os.unlink(path)
+            os.chmod(os.path.dirname(path), 0o700)
+        except OSError:
+            pass
 
 
 def send_setup(channel: socket.socket, setup: dict, data: bytes, timeout: float = FORK_S) -> None:
@@ -228,12 +286,13 @@ def _wait_built(channel: socket.socket, zygote: Zygote) -> None:
 class ZygoteLauncher(Launcher):
     """The bwrap launcher, with workers forked from one warm zygote where they can be
     (:func:`supported`, a CPU worker, a workspace within the copy's bounds); any other launch, and
-    any fork that fails, is a fresh worker of the wrapped launcher."""
+    any fork that fails, is a fresh worker of the wrapped launcher. (The docker backend's grading
+    slot, src/lumen_ex/sandbox/docker_slot.py, is this with a zygote in a container.)"""
 
     name = BwrapLauncher.name
     isolated = True
 
-    def __init__(self, inner: BwrapLauncher):
+    def __init__(self, inner: Launcher):
         self.inner = inner
         self.zygote: Zygote | None = None
         self.failures = 0           # zygotes that would not start or died: after two, none more
@@ -275,10 +334,13 @@ class ZygoteLauncher(Launcher):
 
     def _new_zygote(self, spec: WorkerSpec) -> None:
         try:
-            self.zygote = Zygote(self.inner, spec)
+            self.zygote = self.make_zygote(spec)
         except OSError as exc:
             self.failures += 1
             raise ZygoteUnavailable(f"the zygote could not be started: {exc}") from None
+
+    def make_zygote(self, spec: WorkerSpec) -> Zygote:
+        return Zygote.in_bwrap(self.inner, spec)
 
     def _zygote(self, spec: WorkerSpec) -> Zygote:
         if self.zygote is not None and not self.zygote.alive():

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import re
 import struct
 
 CLONE_NEWNS = 0x00020000
@@ -29,6 +30,11 @@ CLONE_NEWNET = 0x40000000
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME, MS_STRICTATIME = 1024, 2048, 1 << 21, 1 << 24
+# The flags /proc/self/mountinfo names, which a remount must repeat (a mount inherited from another
+# user namespace keeps them locked: dropping one is refused).
+MOUNT_OPTIONS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
+                 "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME}
 
 PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
@@ -56,11 +62,32 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
     _check(_libc.mount(c(source), c(target), c(fstype), ctypes.c_ulong(flags), c(data)), f"mount {target}")
 
 
-def bind_read_only(path: str) -> None:
+def bind_read_only(path: str, devices: bool = False) -> None:
     """Make ``path`` read-only in this mount namespace alone (a bind remount: the file system
-    itself, which other namespaces may share, is left as it is)."""
+    itself, which other namespaces may share, is left as it is). ``devices``: its device nodes
+    stay usable (a container's /dev holds its nodes itself; bwrap's are mounts of their own)."""
     mount(path, path, None, MS_BIND | MS_REC)
-    mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | (0 if devices else MS_NODEV))
+
+
+def mounts() -> list[tuple[str, list[str]]]:
+    """This mount namespace's mounts, in order: (mount point, options), from /proc/self/mountinfo."""
+    with open("/proc/self/mountinfo") as f:
+        lines = f.read().splitlines()
+    out = []
+    for line in lines:
+        fields = line.split()
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])   # \040 is a space
+        out.append((point, fields[5].split(",")))
+    return out
+
+
+def remount_read_only(point: str, options: list[str]) -> None:
+    """Make the mount at ``point`` read-only, keeping every flag it has."""
+    flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+    for option in options:
+        flags |= MOUNT_OPTIONS.get(option, 0)
+    mount(None, point, None, flags)
 
 
 def prctl(option: int, arg: int = 0) -> None:

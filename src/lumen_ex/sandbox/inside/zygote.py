@@ -1,14 +1,20 @@
 """The zygote: one warm process per grading slot, from which each submission's worker is forked.
 
-    python -I -B -u zygote.py CONTROL_FD [EXTRA_SITE ...]
+    python -I -B -u zygote.py CONTROL [EXTRA_SITE ...]
 
-It runs inside the slot's bwrap sandbox (started by src/lumen_ex/sandbox/zygote.py), imports torch
+CONTROL is a descriptor number (the zygote of a bwrap sandbox, started by
+src/lumen_ex/sandbox/zygote.py) or the absolute path of a unix socket the harness listens on (the
+zygote of a grading slot's container, src/lumen_ex/sandbox/docker_slot.py, which cannot inherit one).
+It imports torch
 and its meta kernels once (worker.py ``prepare``) and never imports a learner's code. For each
 ``{"op": "fork"}`` message on CONTROL_FD (a SOCK_SEQPACKET socket carrying four descriptors: the
 worker's request and reply pipe ends, its output pipe, and a socket of its own to the harness) it
 makes one worker in three forks:
 
-1. a first child enters fresh mount, pid, IPC, network and UTS namespaces and forks again;
+1. a first child enters fresh mount, pid, IPC, network and UTS namespaces and forks again (in a
+   container, where the zygote holds no capability, it enters a user namespace of its own first,
+   mapping only its own uid and gid, and so holds CAP_SYS_ADMIN there, as bwrap's zygote does in
+   bwrap's);
 2. that child is pid 1 of the new pid namespace (the worker's init). It tells the harness it
    exists (one byte on its socket, which the harness reads with SO_PASSCRED: the kernel gives it
    this process's pid as the host sees it), waits while the harness puts it in a fresh cgroup,
@@ -39,11 +45,13 @@ import signal
 import socket
 import struct
 import sys
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SETUP_HEADER_CAP = 1 << 20      # bytes of a setup's JSON header
 SETUP_DATA_CAP = 64 << 20       # bytes of the files that follow it
 LENGTH = struct.Struct(">I")
+SCRATCH = ("/tmp", "/dev/shm")  # a worker's only writable folders (each its own tmpfs)
 NAMESPACES = 0                  # set in main(): confine.CLONE_NEW{NS,PID,IPC,NET,UTS}
 
 
@@ -60,11 +68,11 @@ confine = _inside_module("confine")
 
 def main(argv: list[str]) -> int:
     global NAMESPACES
-    control = socket.socket(fileno=int(argv[1]))
+    control = _control(argv[1])
     worker = _inside_module("worker")
     worker.prepare(argv[2:], warm=True)
     NAMESPACES = (confine.CLONE_NEWNS | confine.CLONE_NEWPID | confine.CLONE_NEWIPC | confine.CLONE_NEWNET
-                  | confine.CLONE_NEWUTS)
+                  | confine.CLONE_NEWUTS | (0 if _has_sys_admin() else confine.CLONE_NEWUSER))
     confine.prctl(confine.PR_SET_DUMPABLE, 0)    # no process of the same uid may trace it or read its memory
     # Everything imported so far is permanent: the garbage collector of a forked worker then never
     # walks (and so never writes to, copying their pages) the objects it shares with the zygote.
@@ -88,10 +96,38 @@ def main(argv: list[str]) -> int:
                 try:
                     control.close()
                     _first_child(worker, *fds, argv[2:])
+                except BaseException:
+                    traceback.print_exc()     # into the zygote's log (the harness shows its last line)
                 finally:
                     os._exit(70)    # never back into the zygote's loop
         for fd in fds:
             os.close(fd)
+
+
+def _control(where: str) -> socket.socket:
+    """The socket fork requests arrive on: inherited (a descriptor number) or connected to (a path)."""
+    if not where.startswith("/"):
+        return socket.socket(fileno=int(where))
+    control = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    control.connect(where)
+    return control
+
+
+def _has_sys_admin() -> bool:
+    """Whether this process may make namespaces and mounts without a user namespace of its own."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> 21 & 1)    # CAP_SYS_ADMIN is bit 21
+    return False
+
+
+def _map_own_ids(uid: int, gid: int) -> None:
+    """In a user namespace just made: map our own uid and gid as they were outside (the only ones
+    an unprivileged process may map) and forbid setgroups, which an unprivileged gid map requires."""
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
 
 
 def _reap() -> None:
@@ -106,7 +142,15 @@ def _reap() -> None:
 
 
 def _first_child(worker, request_fd: int, reply_fd: int, output_fd: int, channel_fd: int, sites: list) -> None:
+    uid, gid = os.getuid(), os.getgid()
     confine.unshare(NAMESPACES)
+    if NAMESPACES & confine.CLONE_NEWUSER:
+        # A process that is not dumpable has its /proc/self files owned by the host's root, so it
+        # could not write its maps: dumpable for those three writes, which no worker can see (it
+        # does not exist yet; every other process of this uid here is ours).
+        confine.prctl(confine.PR_SET_DUMPABLE, 1)
+        _map_own_ids(uid, gid)
+        confine.prctl(confine.PR_SET_DUMPABLE, 0)
     if os.fork() != 0:
         os._exit(0)     # its child, pid 1 of the new namespace, is reparented to the sandbox's init
     _init(worker, request_fd, reply_fd, output_fd, socket.socket(fileno=channel_fd), sites)
@@ -123,6 +167,8 @@ def _init(worker, request_fd: int, reply_fd: int, output_fd: int, channel: socke
     if child == 0:
         try:
             _worker(worker, request_fd, reply_fd, output_fd, channel, setup, sites)
+        except BaseException:
+            traceback.print_exc()     # as a fresh worker's would be: into its output
         finally:
             os._exit(70)
     for fd in (request_fd, reply_fd, output_fd):
@@ -176,7 +222,7 @@ def _build_file_system(setup: dict) -> None:
     for covered in ("sys", "sysrq-trigger", "irq", "bus"):   # what bwrap's --proc makes read-only too
         if os.path.exists(f"/proc/{covered}"):
             c.bind_read_only(f"/proc/{covered}")
-    c.bind_read_only("/dev")
+    c.bind_read_only("/dev", devices=True)
     scratch = f"size={int(setup['tmp_bytes'])},mode=1777"
     c.mount("tmpfs", "/tmp", "tmpfs", c.MS_NOSUID | c.MS_NODEV, scratch)
     c.mount("tmpfs", "/dev/shm", "tmpfs", c.MS_NOSUID | c.MS_NODEV, scratch)
@@ -184,6 +230,11 @@ def _build_file_system(setup: dict) -> None:
             f"size={len(setup['data']) + (1 << 20)},mode=0755")
     _write_workspace(setup["entries"], setup["data"])
     c.mount(None, "/workspace", None, c.MS_REMOUNT | c.MS_RDONLY | c.MS_NOSUID | c.MS_NODEV)
+    # Whatever else the sandbox came with that is writable (a container's /dev/mqueue and cgroup
+    # tmpfs, the folder of a slot's control socket) is shared by every worker forked here: read-only.
+    for point, options in c.mounts():
+        if "rw" in options and point not in SCRATCH and point.split("/")[1] != "proc":
+            c.remount_read_only(point, options)
 
 
 def _write_workspace(entries: list, data: bytes) -> None:
