@@ -15,8 +15,10 @@ typed by src/lumen_ex/classroom/messages.py:
     {"done": ID, "result": {...}}        the result document (RunResult.to_dict())
 
 The coordinator keeps up to two jobs queued here. While the first is graded, the sandboxed worker
-of the second is already started. Under bwrap, workers are forked from a zygote of this process's
-own, which imported torch once (src/lumen_ex/sandbox/zygote.py): no check waits for a torch import.
+of the second is already started. Workers are forked from a zygote of this process's own, which
+imported torch once: in a bwrap sandbox (src/lumen_ex/sandbox/zygote.py), or under docker in one
+container of this process's own, its slot (src/lumen_ex/sandbox/docker_slot.py), the harness staying
+here. No check waits for a torch import.
 
 SANDBOX is ``bwrap``, ``none`` or ``docker:<image>`` (already chosen, and refused or allowed, by the
 coordinator). TAG only labels the process (the output folder), so that it can be found in ``ps``.
@@ -57,10 +59,10 @@ from lumen_ex.harness.check import run_check
 from lumen_ex.harness.check import worker_spec as check_worker_spec
 from lumen_ex.sandbox.base import Availability, Launcher
 from lumen_ex.sandbox.bwrap import BwrapLauncher
-from lumen_ex.sandbox.processes import ignore_stop_signals, signals_interrupt
-from lumen_ex.sandbox.select import from_spec
 from lumen_ex.sandbox.docker import DockerSandbox
 from lumen_ex.sandbox.docker_slot import DockerSlotLauncher
+from lumen_ex.sandbox.processes import ignore_stop_signals, signals_interrupt
+from lumen_ex.sandbox.select import from_spec
 from lumen_ex.sandbox.zygote import ZygoteLauncher, supported
 
 STOPPING = False

@@ -13,8 +13,9 @@ How it works:
   ``json.py`` in the folder this command was started from is never imported by them.
 - ``--jobs`` warm grading processes (src/lumen_ex/classroom/grading_main.py) each import torch once and then run
   ``lumen_ex.harness.check.run_check`` for one student x exercise after another, every check against fresh
-  sandboxed workers (or a fresh container), with the next check's worker started while the current
-  one's tests run.
+  sandboxed workers (forked from the process's zygote: in a bwrap sandbox, or under docker in the
+  process's one slot container), with the next check's worker started while the current one's
+  tests run.
 - Nothing is lost: each result document is written to DIR/results/<key>/<exercise>.json
   (temporary file, fsync, rename) the moment it arrives, with its record of exactly what was graded
   (src/lumen_ex/classroom/store.py: the sha256 of the files, the entry, lumen-ex, the catalogue, the
@@ -27,7 +28,8 @@ How it works:
 - One class seed (``--seed``, else the one recorded in DIR/class.json, else a fresh one) grades
   every check, so grading the same class twice gives the same gradebook.
 - Ctrl-C (SIGINT) or SIGTERM stops every grading process, whose check in progress kills its workers
-  or container on the way out; whatever is left after a grace period is killed by process group. The
+  (and its slot container) on the way out; whatever is left after a grace period is killed by
+  process group (a slot's zygote then sees its socket close, and its container ends). The
   gradebook and report are written for what was graded, and the command exits with 130.
 - The unisolated mode (``--sandbox none``, or ``auto`` finding no sandbox) is refused unless
   ``--unsafe``: a class's code must not run with the instructor's permissions by accident.
