@@ -430,19 +430,25 @@ def _fresh_seccomp(launcher) -> str:
     return "0" if launcher.name == "bwrap" else "2"
 
 
-def test_a_workspace_too_large_to_copy_gets_a_fresh_worker(zygote, tmp_path, monkeypatch):
-    monkeypatch.setattr(workspace_copy, "WORKSPACE_FILES", 1)
-    ws = tmp_path / "big"
+def _graded_by_a_fresh_worker(launcher, ws: Path, **files: str) -> None:
+    """A submission in ``ws`` (the attack module and ``files``) answers from a fresh worker of
+    ``launcher``'s fallback, not a forked one."""
     (ws / "probe").mkdir(parents=True)
     (ws / "probe" / "attack.py").write_text(ATTACKS)
-    (ws / "probe" / "data.txt").write_text("more than one file")
+    for name, text in files.items():
+        (ws / "probe" / name).write_text(text)
     spec = WorkerSpec(workspace=ws, module_dir=ws / "probe", device="cpu", limits=Limits())
-    pool = WorkerPool(zygote, spec, module="attack", functions=NAMES)
+    pool = WorkerPool(launcher, spec, module="attack", functions=NAMES)
     try:
-        LearnerModule(pool, "cpu", "attack.py").status()
+        assert json.loads(LearnerModule(pool, "cpu", "attack.py").status())["Seccomp"] == _fresh_seccomp(launcher)
         assert not isinstance(pool.worker.launched.proc, zygotes.ForkedProcess)
     finally:
         pool.close()
+
+
+def test_a_workspace_too_large_to_copy_gets_a_fresh_worker(zygote, tmp_path, monkeypatch):
+    monkeypatch.setattr(workspace_copy, "WORKSPACE_FILES", 1)
+    _graded_by_a_fresh_worker(zygote, tmp_path / "big", **{"data.txt": "more than one file"})
 
 
 def test_verdicts_are_the_same_forked_or_fresh(zygote, tmp_path):
@@ -470,16 +476,7 @@ def test_a_forked_sandbox_that_cannot_be_built_gets_a_fresh_worker_instead(zygot
     """The init refuses a workspace entry outside /workspace; that is the grader's failure, never
     the submission's: the launch falls back to a fresh worker, which answers."""
     monkeypatch.setattr(zygotes, "workspace_copy", lambda root: ([{"kind": "dir", "path": "../escape"}], b""))
-    ws = tmp_path / "ws"
-    (ws / "probe").mkdir(parents=True)
-    (ws / "probe" / "attack.py").write_text(ATTACKS)
-    spec = WorkerSpec(workspace=ws, module_dir=ws / "probe", device="cpu", limits=Limits())
-    pool = WorkerPool(zygote, spec, module="attack", functions=NAMES)
-    try:
-        assert json.loads(LearnerModule(pool, "cpu", "attack.py").status())["Seccomp"] == _fresh_seccomp(zygote)
-        assert not isinstance(pool.worker.launched.proc, zygotes.ForkedProcess)
-    finally:
-        pool.close()
+    _graded_by_a_fresh_worker(zygote, tmp_path / "ws")
     assert zygote.zygote is not None and zygote.zygote.alive()   # the zygote itself serves on
 
 
@@ -499,14 +496,5 @@ def test_a_forked_worker_that_cannot_join_its_cgroup_gets_a_fresh_worker_instead
         joined(self, pid)
 
     monkeypatch.setattr(Cgroup, "add", refuse)
-    ws = tmp_path / "ws"
-    (ws / "probe").mkdir(parents=True)
-    (ws / "probe" / "attack.py").write_text(ATTACKS)
-    spec = WorkerSpec(workspace=ws, module_dir=ws / "probe", device="cpu", limits=Limits())
-    pool = WorkerPool(zygote, spec, module="attack", functions=NAMES)
-    try:
-        assert json.loads(LearnerModule(pool, "cpu", "attack.py").status())["Seccomp"] == _fresh_seccomp(zygote)
-        assert not isinstance(pool.worker.launched.proc, zygotes.ForkedProcess)
-    finally:
-        pool.close()
+    _graded_by_a_fresh_worker(zygote, tmp_path / "ws")
     assert zygote.zygote is not None and zygote.zygote.alive()

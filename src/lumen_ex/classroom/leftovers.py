@@ -28,11 +28,12 @@ import tempfile
 from pathlib import Path
 
 from lumen_ex.sandbox import cgroups as limits
+from lumen_ex.sandbox import docker_slot
 
 SCRATCH_PREFIX = ".scratch-"
 STAGE_PREFIX = "lumen-ex-stage-"
-SLOT_PREFIX = "lumen-ex-slot-"
-_OWNER = re.compile(r"^(?:\.scratch-|lumen-ex-stage-|lumen-ex-slot-)(\d+)-")
+SLOT_PREFIX = docker_slot.SCRATCH_PREFIX
+_OWNER = re.compile(rf"^(?:\.scratch-|{STAGE_PREFIX}|{SLOT_PREFIX})(\d+)-")
 
 
 def scratch_prefix() -> str:

@@ -52,6 +52,7 @@ WORKER_UID = 61001                  # the image's lumen-worker (src/lumen_ex/ima
 PYTHON = "/opt/lumen/venv/bin/python"
 INSIDE = "/opt/lumen/inside"        # the image's link to lumen_ex/sandbox/inside
 CONTROL_DIR = "/run/lumen"          # where the slot sees this side's socket folder
+SCRATCH_PREFIX = "lumen-ex-slot-"   # this side's folder of a slot, under the temporary folder
 SLOT_MEMORY_MB = 1024               # the zygote's own share of a slot's memory (torch), beside a worker's
 SLOT_PROCESSES = 64
 # Refused (EPERM) to every process of a slot, its zygote included: what no worker needs and what
@@ -102,7 +103,7 @@ def slot_zygote(image: str, spec: WorkerSpec) -> Zygote:
     name = f"{docker.NAME_PREFIX}slot-{uuid.uuid4().hex[:16]}"
     # 0700, ours: nobody else may reach in; the pid lets the next run remove it after a kill -9
     # (src/lumen_ex/classroom/leftovers.py)
-    scratch = Path(tempfile.mkdtemp(prefix=f"lumen-ex-slot-{os.getpid()}-"))
+    scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
     control = scratch / "control"
     control.mkdir()
     control.chmod(0o777)            # the container's user must reach the socket; scratch shuts out the host

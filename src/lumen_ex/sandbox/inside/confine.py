@@ -62,12 +62,11 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
     _check(_libc.mount(c(source), c(target), c(fstype), ctypes.c_ulong(flags), c(data)), f"mount {target}")
 
 
-def bind_read_only(path: str, devices: bool = False) -> None:
+def bind_read_only(path: str) -> None:
     """Make ``path`` read-only in this mount namespace alone (a bind remount: the file system
-    itself, which other namespaces may share, is left as it is). ``devices``: its device nodes
-    stay usable (a container's /dev holds its nodes itself; bwrap's are mounts of their own)."""
+    itself, which other namespaces may share, is left as it is)."""
     mount(path, path, None, MS_BIND | MS_REC)
-    mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | (0 if devices else MS_NODEV))
+    mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
 def mounts() -> list[tuple[str, list[str]]]:

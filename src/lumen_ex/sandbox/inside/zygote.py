@@ -222,7 +222,6 @@ def _build_file_system(setup: dict) -> None:
     for covered in ("sys", "sysrq-trigger", "irq", "bus"):   # what bwrap's --proc makes read-only too
         if os.path.exists(f"/proc/{covered}"):
             c.bind_read_only(f"/proc/{covered}")
-    c.bind_read_only("/dev", devices=True)
     scratch = f"size={int(setup['tmp_bytes'])},mode=1777"
     c.mount("tmpfs", "/tmp", "tmpfs", c.MS_NOSUID | c.MS_NODEV, scratch)
     c.mount("tmpfs", "/dev/shm", "tmpfs", c.MS_NOSUID | c.MS_NODEV, scratch)
@@ -230,8 +229,10 @@ def _build_file_system(setup: dict) -> None:
             f"size={len(setup['data']) + (1 << 20)},mode=0755")
     _write_workspace(setup["entries"], setup["data"])
     c.mount(None, "/workspace", None, c.MS_REMOUNT | c.MS_RDONLY | c.MS_NOSUID | c.MS_NODEV)
-    # Whatever else the sandbox came with that is writable (a container's /dev/mqueue and cgroup
-    # tmpfs, the folder of a slot's control socket) is shared by every worker forked here: read-only.
+    # Whatever else the sandbox came with that is writable (/dev, a container's /dev/mqueue and
+    # cgroup tmpfs, the folder of a slot's control socket) is shared by every worker forked here:
+    # read-only, each mount keeping its own flags (a container's device nodes live on its /dev
+    # tmpfs itself, so /dev must not become nodev).
     for point, options in c.mounts():
         if "rw" in options and point not in SCRATCH and point.split("/")[1] != "proc":
             c.remount_read_only(point, options)
