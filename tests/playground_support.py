@@ -22,7 +22,7 @@ START_TIMEOUT = 60.0
 @dataclass
 class Served:
     proc: subprocess.Popen
-    url: str          # the printed link, with its token
+    url: str          # the printed link, with its token in the fragment
     port: int
     token: str
     printed: list[str] = field(default_factory=list)
@@ -112,7 +112,7 @@ def serve(workspace: Path, *args: str, env: dict | None = None) -> Served:
             for raw in lines:
                 line = raw.decode()
                 printed.append(line)
-                m = re.search(r"(http://[^ ]+/\?token=([A-Za-z0-9_-]+))", line)
+                m = re.search(r"(http://[^ ]+/#token=([A-Za-z0-9_-]+))", line)
                 if m:
                     url = m.group(1)
                     port = int(re.search(r":(\d+)/", url).group(1))

@@ -1,7 +1,7 @@
 // The playground page: the exercise list, the README beside the editor, and the result panel.
 // The editor's text is the workspace file: saved as you type (debounced) and before every check; a
 // change made on disk by another editor is offered for reload, never silently overwritten.
-import { ApiError, api } from "./api.js";
+import { ApiError, EventStream, api, takeToken } from "./api.js";
 import { makeEditor } from "./editor.js";
 import { showMessage, showProgress, showResult } from "./result.js";
 
@@ -90,6 +90,7 @@ async function openExercise(slug) {
   state.slug = slug;
   state.base = data.digest;
   state.dirty = false;
+  api.open(slug).catch(() => {});   // a POST makes its worker ready: no GET ever starts work
   hideConflict();
   $("readme").innerHTML = data.readme_html;   // rendered by the server with raw HTML escaped (playground/readme.py)
   $("file-name").textContent = data.path;
@@ -243,7 +244,7 @@ function follow(id) {
     showMessage($("result"), JSON.parse(e.data).message, "error", { ends: true });
   });
   source.onerror = () => {
-    if (source.readyState === EventSource.CLOSED && state.check && state.check.id === id) {
+    if (source.readyState === EventStream.CLOSED && state.check && state.check.id === id) {
       end();
       showMessage($("result"), "Lost the connection to lumen-ex serve.", "error", { ends: true });
     }
@@ -279,13 +280,17 @@ $("confirm-restore").addEventListener("close", async () => {
 // -- start ------------------------------------------------------------------------------------------------
 
 async function start() {
+  if (!takeToken()) {
+    showMessage($("result"), "Open the link that `lumen-ex serve` printed: it carries this page's key.", "error");
+    return;
+  }
   const data = await refreshList();
   const label = $("sandbox-label");
   label.textContent = data.sandbox.isolated
     ? `sandbox: ${data.sandbox.name}`
     : data.sandbox.note || "NOT ISOLATED: your code runs with your permissions";
   label.className = data.sandbox.isolated ? "isolated" : "not-isolated";
-  const wanted = decodeURIComponent(location.hash.slice(1));
+  const wanted = decodeURIComponent(location.hash.slice(1).split("&")[0]);
   const first = state.exercises.find((ex) => ex.slug === wanted)
     || state.exercises.find((ex) => ex.status !== "pass") || state.exercises[0];
   if (first) await openExercise(first.slug);

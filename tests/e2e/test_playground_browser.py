@@ -2,7 +2,9 @@
 types a buggy solution, presses Ctrl+Enter, sees the shape-first panel and the named mistake,
 types a correct one, presses Check, sees "All tests passed", and the file on disk is the editor's
 text. Also: what the learner's code prints stays text, a change on disk is offered for reload, a
-check can be cancelled, hints and restoring the stub work, by their accessible names.
+check can be cancelled, hints and restoring the stub work, by their accessible names. And the
+credential: a page served from another local port (another server of the learner's, another user's)
+can neither read the token nor spoil it, and a tab opened without the printed link gets nothing.
 
 The server is the real command (src/lumen_ex/playground), with the real sandbox (bwrap where it
 works here). Without chromium these tests skip, saying so, unless LUMEN_EX_REQUIRE_BROWSER is set
@@ -74,7 +76,7 @@ def page(browser, served):
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.goto(served.url + "#attention")   # the fragment survives the redirect that drops the token
+    page.goto(served.url + "&attention")   # #token=...&attention: the page keeps the token, opens attention
     page.wait_for_selector("body[data-ready]", timeout=TIMEOUT_MS)
     page.errors = errors
     yield page
@@ -121,6 +123,7 @@ def ctrl_enter(page):
     return lambda: page.keyboard.press("Control+Enter")
 
 
+@pytest.mark.slow
 def test_type_a_bug_see_it_explained_fix_it_see_it_pass(page, served):
     path = served.ws.root / "01-attention" / "attention.py"
     assert result(page).get_attribute("aria-live") == "polite"
@@ -162,6 +165,7 @@ def test_type_a_bug_see_it_explained_fix_it_see_it_pass(page, served):
     sync_api.expect(page.get_by_role("navigation", name="exercises")).to_contain_text("passed")
 
 
+@pytest.mark.slow
 def test_what_the_code_prints_stays_text(page, served):
     replace_code(page, PRINTS)
     panel = check_and_wait(page, ctrl_enter(page))
@@ -190,6 +194,7 @@ def test_a_change_on_disk_is_offered_for_reload_never_overwritten(page, served):
     assert alert.is_hidden()
 
 
+@pytest.mark.slow
 def test_cancel_a_check_then_check_again(page, served):
     replace_code(page, LOOPS)
     cancel = page.get_by_role("button", name="Cancel")
@@ -221,3 +226,98 @@ def test_hints_and_restoring_the_stub(page, served):
     dialog.get_by_role("button", name="Restore the stub").click()
     page.wait_for_function("() => document.getElementById('save-state').textContent === 'stub restored'")
     assert "NotImplementedError" in path.read_text() and "NotImplementedError" in editor_text(page)
+
+
+# -- the credential against another local port -------------------------------------------------------
+
+ATTACKER = """<!doctype html><meta charset="utf-8"><title>another local page</title><script>
+window.report = (async () => {
+  const out = {cookie_before: document.cookie, storage: JSON.stringify(sessionStorage) + JSON.stringify(localStorage)};
+  // Spoil: every cookie name the playground could use, for this host, and an unparseable one.
+  for (const c of ["lumen_ex_token_@PORT@=garbage; path=/", "lumen_ex_token=garbage; path=/",
+                   "bad\\u0022cookie=;;; path=/", "lumen-ex-token=x; path=/"]) document.cookie = c;
+  out.cookie_after = document.cookie;
+  // Read: the playground's API from this origin (another port): refused or opaque, never its data.
+  const tries = [];
+  for (const path of ["/api/state", "/api/exercises/attention/file", "/"]) {
+    try {
+      const r = await fetch("http://127.0.0.1:@PORT@" + path, {credentials: "include"});
+      tries.push(path + ":" + r.status + ":" + (await r.text()).slice(0, 200));
+    } catch (e) { tries.push(path + ":blocked"); }
+  }
+  try {
+    await fetch("http://127.0.0.1:@PORT@/api/exercises/attention/restore",
+                {method: "POST", mode: "no-cors", credentials: "include", body: "{}"});
+  } catch (e) {}
+  out.tries = tries;
+  return out;
+})();
+</script>"""
+
+
+@pytest.fixture
+def other_port(tmp_path, served):
+    """A page served from another local port (python's http.server): what another program of the
+    learner's, or another user's, can serve on 127.0.0.1."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "index.html").write_text(ATTACKER.replace("@PORT@", str(served.port)))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
+    yield f"http://127.0.0.1:{port}/"
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.slow
+def test_another_local_port_can_neither_read_nor_spoil_the_credential(browser, served, other_port):
+    """In one browser (one cookie jar for 127.0.0.1, as every browser keeps it), the learner opens
+    the printed link, then a page on another port runs: it sees no token (not in its cookies, not
+    in its storage), cannot read the playground's API, sets every cookie it likes; the learner's
+    page then still checks and saves, and a tab opened without the link is refused."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        learner = context.new_page()
+        learner.goto(served.url + "&attention")
+        learner.wait_for_selector("body[data-ready]", timeout=TIMEOUT_MS)
+        assert served.token not in learner.url            # out of the address bar once read
+        # Nothing in the browser's cookie jar holds it: 127.0.0.1's cookies go to every port.
+        assert not [c for c in context.cookies() if served.token in c["value"]], context.cookies()
+        other = context.new_page()
+        other.goto(other_port)
+        report = other.evaluate("() => window.report")
+        assert served.token not in json_text(report), report
+        assert all(t.endswith(":blocked") or ":403:" in t or (t.startswith("/:") and served.token not in t)
+                   for t in report["tries"]), report
+        assert "def scaled_dot_product_attention" not in json_text(report)
+        # The learner's page is not locked out: it still saves and checks.
+        replace_code(learner, REFERENCE)
+        region = check_and_wait(learner, lambda: learner.get_by_role("button", name="Check", exact=True).click())
+        assert "All tests passed" in region.inner_text()
+        assert (served.ws.root / "01-attention" / "attention.py").read_text() == REFERENCE
+        # A new tab of the same origin without the link gets nothing: the token is this tab's alone.
+        bare = context.new_page()
+        bare.goto(served.base + "/")
+        bare.wait_for_function("() => document.getElementById('result').textContent.includes('link')",
+                               timeout=TIMEOUT_MS)
+        assert bare.evaluate("() => sessionStorage.getItem('lumen-ex-token')") is None
+    finally:
+        context.close()
+
+
+def json_text(value) -> str:
+    import json
+
+    return json.dumps(value)

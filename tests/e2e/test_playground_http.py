@@ -43,45 +43,62 @@ def _file(ws) -> bytes:
 # -- the token -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/", "/static/app.js", "/api/state", "/api/exercises/attention",
-                                  "/api/exercises/attention/file", "/api/checks/1-x/events"])
+@pytest.mark.parametrize("path", ["/api/state", "/api/exercises/attention", "/api/exercises/attention/file",
+                                  "/api/checks/1-x/events", "/api/nowhere"])
 def test_no_token_no_answer(served, path):
     status, headers, body = served.request("GET", path, token=None)
     assert status == 403
     assert b"token" in body and b"attention" not in body
 
 
-@pytest.mark.parametrize("how", ["header", "cookie", "query"])
+@pytest.mark.parametrize("path", ["/", "/static/app.js", "/static/app.css"])
+def test_the_page_and_its_bundle_need_no_token_and_hold_nothing_of_the_workspace(served, path):
+    """The page must load to read its token from the link's fragment; it is the same for everyone."""
+    status, headers, body = served.request("GET", path, token=None)
+    assert status in (200, 503)      # 503: the bundle is not built (the page says how to build it)
+    assert str(served.ws.root).encode() not in body and b"def scaled_dot_product_attention" not in body
+    assert "set-cookie" not in headers
+
+
 @pytest.mark.parametrize("wrong", ["", "x", "PREFIX", "TOKEN+1", "token-case"])
-def test_a_wrong_token_is_refused(served, how, wrong):
+def test_a_wrong_token_is_refused(served, wrong):
     bad = {"": "", "x": "x", "PREFIX": served.token[:-1], "TOKEN+1": served.token + "a",
            "token-case": served.token.swapcase()}[wrong]
-    if how == "header":
-        status, _, _ = served.request("GET", "/api/state", token=bad or " ")
-    elif how == "cookie":
-        status, _, _ = served.request("GET", "/api/state", token=None,
-                                      headers={"Cookie": f"lumen_ex_token_{served.port}={bad}"})
+    status, _, _ = served.request("GET", "/api/state", token=bad or " ")
+    assert status == 403
+
+
+@pytest.mark.parametrize("how", ["cookie", "other-port-cookie", "query", "basic"])
+def test_the_token_counts_only_in_its_header(served, how):
+    """A cookie is no credential (every local port can read and set 127.0.0.1's cookies), nor the
+    query string (it lands in logs and history): the right token there is refused."""
+    headers, path = {}, "/api/state"
+    if how == "cookie":
+        headers["Cookie"] = f"lumen_ex_token_{served.port}={served.token}"
+    elif how == "other-port-cookie":
+        headers["Cookie"] = f"lumen_ex_token_{served.port + 1}={served.token}; lumen_ex_token={served.token}"
+    elif how == "query":
+        path = f"/api/state?token={served.token}"
     else:
-        status, _, _ = served.request("GET", f"/api/state?token={bad}", token=None)
+        headers["Authorization"] = f"Basic {served.token}"
+    status, _, _ = served.request("GET", path, token=None, headers=headers)
     assert status == 403
 
 
-def test_the_printed_link_sets_a_strict_cookie_and_leaves_the_address_bar(served):
-    status, headers, _ = served.request("GET", f"/?token={served.token}", token=None)
-    assert status == 303
-    assert headers["location"] == "/"
-    cookie = headers["set-cookie"]
-    assert cookie.startswith(f"lumen_ex_token_{served.port}={served.token};")
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
-    status, _, body = served.request("GET", "/api/state", token=None,
-                                     headers={"Cookie": f"lumen_ex_token_{served.port}={served.token}"})
-    assert status == 200 and json.loads(body)["exercises"]
+def test_the_printed_link_carries_the_token_in_its_fragment_and_no_cookie_is_set(served):
+    assert served.url == f"http://127.0.0.1:{served.port}/#token={served.token}"
+    for path in ("/", f"/?token={served.token}", "/api/state"):
+        _, headers, _ = served.request("GET", path)
+        assert "set-cookie" not in headers, path
 
 
-def test_another_servers_cookie_is_not_this_ones(served):
-    status, _, _ = served.request("GET", "/api/state", token=None,
-                                  headers={"Cookie": f"lumen_ex_token_{served.port + 1}={served.token}"})
-    assert status == 403
+def test_a_spoiled_cookie_locks_nobody_out(served):
+    """Another local page may set any cookie for 127.0.0.1, an unparseable one included: the
+    page's own requests (the token in their header) are answered all the same."""
+    for junk in ("lumen_ex_token_%d=garbage" % served.port, "lumen_ex_token_%d=" % served.port,
+                 'lumen_ex_token="garbage', "lumen-ex-token=x; a=b", "=;;;", "a=" + "b" * 3000):
+        status, _, body = served.request("GET", "/api/state", headers={"Cookie": junk})
+        assert status == 200 and json.loads(body)["exercises"], junk
 
 
 # -- the Host header (DNS rebinding) ---------------------------------------------------------------
@@ -265,6 +282,87 @@ def test_restore_keeps_the_old_text(served):
     assert status == 200 and "NotImplementedError" in path.read_text() and body["text"] == path.read_text()
     backups = list((served.ws.root / ".lumen-ex" / "backups").iterdir())
     assert any(b.read_text() == "# my work\n" for b in backups)
+
+
+@pytest.mark.parametrize("folder", ["01-attention", ".lumen-ex", ".lumen-ex/backups"])
+def test_no_write_follows_a_link_in_a_folder_above_the_file(served, tmp_path, folder):
+    """A folder on the way to a written file (the exercise's, the state folder, the backups) that
+    is a link to elsewhere refuses the save, the check's save and the restore: nothing is written
+    outside the workspace, and the link is left as it was."""
+    root = served.ws.root
+    (root / ".lumen-ex" / "backups").mkdir(parents=True, exist_ok=True)
+    real = root / folder
+    moved = tmp_path / "moved"
+    real.rename(moved)                              # the real folder's content, now outside
+    real.symlink_to(moved, target_is_directory=True)
+    before = {str(p.relative_to(tmp_path)): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    try:
+        _, disk = served.json("GET", "/api/exercises/attention/file")
+        base = disk["digest"] if disk and "digest" in disk else "missing"
+        saved, body = served.json("PUT", "/api/exercises/attention/file", {"text": "# through a link\n", "base": base})
+        checked, _ = served.json("POST", "/api/exercises/attention/check", {"text": "# through a link\n", "base": base})
+        restored, rbody = served.json("POST", "/api/exercises/attention/restore", {})
+        after = {str(p.relative_to(tmp_path)): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+        if folder == "01-attention":
+            assert saved == 400 and "link" in body["error"], body
+            assert checked == 400
+        assert restored == 400 and "link" in rbody["error"], rbody
+        assert after == before, "a write went through the link"
+        assert real.is_symlink()
+    finally:
+        real.unlink()
+        moved.rename(real)
+
+
+@pytest.mark.slow
+def test_no_get_starts_a_worker(tmp_path):
+    """A flood of GETs (every route a page may load, alternating exercises) starts no worker: only
+    a POST from the page (token, Origin, JSON) does, and a flood of those keeps one waiting worker."""
+    import time
+
+    ws = make_workspace(tmp_path)
+    server = serve(ws.root, "--sandbox", "none")
+    mine = lambda: workers_of(server.proc.pid)  # noqa: E731
+    try:
+        for i in range(60):
+            slug = ("attention", "kv-cache", "prefill")[i % 3]
+            for path in (f"/api/exercises/{slug}", f"/api/exercises/{slug}/file", "/api/state", "/"):
+                assert server.request("GET", path)[0] in (200, 503), path
+        time.sleep(1)
+        assert mine() == [], "a GET started work"
+        for i in range(30):
+            status, _ = server.json("POST", f"/api/exercises/{('attention', 'kv-cache', 'rope')[i % 3]}/open", {})
+            assert status == 200
+        most, deadline = 0, time.monotonic() + 15       # sampled while the opens are served
+        while time.monotonic() < deadline:
+            most = max(most, len(mine()))
+            time.sleep(0.2)
+        assert most <= 2, f"{most} workers at once"    # the session closing and the one opened last
+    finally:
+        assert server.stop() == 0
+
+
+def workers_of(pid: int) -> list[str]:
+    """The sandboxed workers (worker.py processes) among the descendants of ``pid``."""
+    import os
+
+    parents, cmdlines = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdlines[int(entry)] = f.read().replace(bytes(1), b" ").decode(errors="replace")
+        except OSError:
+            continue
+        parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        found += [f"{c}: {cmdlines[c][:120]}" for c in frontier if "worker.py" in cmdlines.get(c, "")]
+    return found
 
 
 # -- where it listens ------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@
 ``GET /``                                   the page (src/lumen_ex/playground/page.html, no inline script)
 ``GET /static/app.js``, ``app.css``         the bundle built from frontend/
 ``GET /api/state``                          the workspace, the sandbox, every exercise with progress
-``GET /api/exercises/{slug}``               its README as HTML, the file's text and digest (and warms it)
+``GET /api/exercises/{slug}``               its README as HTML, the file's text and digest
+``POST /api/exercises/{slug}/open``         the page opened it: make its session ready (a warm worker)
 ``GET /api/exercises/{slug}/file``          the file's text and digest now (the page compares)
 ``PUT /api/exercises/{slug}/file``          save ``{text, base}``; 409 with the disk's text if not ``base``
 ``POST /api/exercises/{slug}/check``        save ``{text, base}``, then start a check: ``{check, digest}``
@@ -16,6 +17,9 @@
 
 Every route sits behind :class:`lumen_ex.playground.security.Guard`. Bodies are JSON of at most
 :data:`MAX_BODY` bytes. Errors are ``{"error": "one line. The next step"}`` with a 4xx status.
+No GET starts work: a worker is only ever started by a POST (which needs the token, this server's
+Origin and a JSON body), and the check service keeps at most one waiting worker, however many
+``open`` requests arrive (src/lumen_ex/playground/checks.py).
 """
 
 from __future__ import annotations
@@ -119,7 +123,6 @@ def create_app(service: CheckService, *, token: str, port: int, host: str = "127
     async def exercise_info(request: Request) -> Response:
         ex = exercise(request)
         disk = files.read(ws.root / ex.dir / ex.file)
-        service.warm(ex.slug)
         return JSONResponse({"slug": ex.slug, "number": ex.number, "title": ex.title, "path": ex.path,
                              "readme_html": readme_html(ex.root / "README.md"), **disk.to_dict()})
 
@@ -127,9 +130,15 @@ def create_app(service: CheckService, *, token: str, port: int, host: str = "127
         ex = exercise(request)
         return JSONResponse(files.read(ws.root / ex.dir / ex.file).to_dict())
 
+    async def open_exercise(request: Request) -> Response:
+        ex = exercise(request)
+        await _json_body(request)
+        service.warm(ex.slug)
+        return JSONResponse({"opened": ex.slug})
+
     def _save(ex, data: dict) -> str:
         text, base = _text_and_base(data)
-        return files.save(ws.root / ex.dir / ex.file, text, base)
+        return files.save(ws.root / ex.dir / ex.file, text, base, root=ws.root)
 
     async def save(request: Request) -> Response:
         ex = exercise(request)
@@ -194,6 +203,7 @@ def create_app(service: CheckService, *, token: str, port: int, host: str = "127
         Route("/static/{name}", static),
         Route("/api/state", state),
         Route("/api/exercises/{slug}", exercise_info),
+        Route("/api/exercises/{slug}/open", open_exercise, methods=["POST"]),
         Route("/api/exercises/{slug}/file", file_now, methods=["GET"]),
         Route("/api/exercises/{slug}/file", save, methods=["PUT"]),
         Route("/api/exercises/{slug}/check", check, methods=["POST"]),

@@ -121,6 +121,8 @@ class CheckService:
                 break
             try:
                 if kind == "warm":
+                    if self._newer_warm_queued():
+                        continue          # only the exercise opened last is made ready
                     self._session_for(item)
                 elif kind == "check":
                     self._run(item)
@@ -128,6 +130,12 @@ class CheckService:
                 if kind == "check" and not item.done:
                     item.publish("failed", {"message": _message(exc)}, last=True)
         self._close_session()
+
+    def _newer_warm_queued(self) -> bool:
+        """Is another ``warm`` waiting behind this one? (Many pages opened at once, or a flood of
+        ``open`` requests, then start one session, not one each.)"""
+        with self.jobs.mutex:
+            return any(kind == "warm" for kind, _ in self.jobs.queue)
 
     def _session_for(self, slug: str):
         from lumen_ex.learner.watch_session import WatchSession

@@ -9,13 +9,16 @@ what is on disk now (:class:`Conflict`), for the learner to reload or to keep th
 Reads go through the snapshot's bounded read (src/lumen_ex/core/snapshot.py: a regular file, at most
 256 KiB); saves are atomic (src/lumen_ex/core/atomic.py), at most the same size, and write the path
 itself (a link there is replaced, never written through). Restoring the stub keeps the previous
-text in ``.lumen-ex/backups/``.
+text in ``.lumen-ex/backups/``. Every write first resolves its whole path under the workspace's real
+root (:func:`inside`): a folder on the way that is a link (``01-attention`` or ``.lumen-ex/backups``
+pointing elsewhere) refuses the write, so nothing is ever written outside the workspace.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +48,25 @@ class Conflict(Exception):
         self.disk = disk
 
 
+def inside(root: Path, path: Path) -> Path:
+    """``path``, once every folder between the workspace ``root`` and it is a real folder (not a
+    link) that lies under root's real path; else a one-line UsageError and nothing is written."""
+    root_abs, path_abs = Path(os.path.abspath(root)), Path(os.path.abspath(path))
+    try:
+        rel = path_abs.relative_to(root_abs)
+    except ValueError:
+        raise UsageError(f"{path} is outside the workspace: the playground writes nothing there",
+                         "Save files inside the workspace only") from None
+    real_root, current = Path(os.path.realpath(root_abs)), root_abs
+    for part in rel.parts[:-1]:
+        current = current / part
+        if current.is_symlink() or (current.exists() and not Path(os.path.realpath(current)).is_relative_to(real_root)):
+            raise UsageError(f"{current.relative_to(root_abs)} is a link: the playground writes nothing through it "
+                             "(it could lead outside the workspace)",
+                             f"Make {current.relative_to(root_abs)} a plain folder again, then retry") from None
+    return path_abs
+
+
 def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -61,9 +83,10 @@ def read(path: Path) -> FileText:
     return FileText(snap.data.decode("utf-8", "replace"), snap.sha256)
 
 
-def save(path: Path, text: str, base: str) -> str:
+def save(path: Path, text: str, base: str, *, root: Path) -> str:
     """Write ``text`` when the file on disk is still ``base``; its new digest. :class:`Conflict`
-    when it is not."""
+    when it is not. ``root``: the workspace, which the write must stay inside (:func:`inside`)."""
+    path = inside(root, path)
     data = text.encode("utf-8", "surrogatepass")
     if len(data) > MAX_TEXT_BYTES:
         raise UsageError(f"the text is over {MAX_TEXT_BYTES // 1024} KiB: too large to save "
@@ -78,6 +101,7 @@ def save(path: Path, text: str, base: str) -> str:
 
 def restore_stub(ws: Workspace, ex, path: Path) -> FileText:   # ex: core.catalog.Exercise
     """Put the exercise's stub back; the text it replaces goes to .lumen-ex/backups/ first."""
+    path = inside(ws.root, path)
     stub = ex.stub_path.read_text(encoding="utf-8")
     try:
         old = read(path)
@@ -85,6 +109,6 @@ def restore_stub(ws: Workspace, ex, path: Path) -> FileText:   # ex: core.catalo
         old = None
     if old is not None and old.digest != MISSING and old.text != stub:
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-        write_atomically(ws.root / STATE_DIR / "backups" / f"{ex.dir}-{stamp}-{ex.file}", old.text)
+        write_atomically(inside(ws.root, ws.root / STATE_DIR / "backups" / f"{ex.dir}-{stamp}-{ex.file}"), old.text)
     write_atomically(path, stub)
     return FileText(stub, digest(stub.encode("utf-8")))

@@ -1,22 +1,31 @@
 """Who may use the playground's server, and the headers every answer carries.
 
 The server runs the learner's code (in the sandbox) on request, so it must answer only the page
-it served, in the learner's own browser:
+it served, in the learner's own browser tab:
 
-- a **token** (random, 256 bits) is required on every request: in the URL the command prints
-  (``/?token=...``, which sets an HttpOnly, SameSite=Strict cookie and redirects to drop it from
-  the address bar), then the cookie, or an ``Authorization: token ...`` header; compared in
-  constant time;
+- a **token** (random, 256 bits) is required on every API request (``/api/...``), in an
+  ``Authorization: token ...`` header, compared in constant time. The command prints it in the
+  link's fragment (``/#token=...``), which a browser never sends to any server; the page keeps it
+  in ``sessionStorage`` (scoped to its origin: scheme, host **and port**, and to the tab) and sends
+  it in that header on every request, the event stream included. Cookies are never read: a
+  browser sends 127.0.0.1's cookies to every port of it and lets every port set them, so a page
+  served from another local port could read or spoil a cookie credential, and cannot reach this one;
+- the page (``/``) and its bundle (``/static/app.js``, ``app.css``) are the same for everyone and
+  hold nothing of the workspace: they are served without the token, so that the page can load and
+  read the fragment;
 - the **Host** header must name this server (``127.0.0.1``, ``localhost`` or ``[::1]`` with its
   port, or the address given with ``--host``; any IP address when bound to all of them): a page
   on another site that rebinds its own name to 127.0.0.1 (DNS rebinding) is refused;
 - a request that changes something (anything but GET and HEAD) also needs an ``Origin`` header
-  naming this server, and a JSON body: another site's form or script cannot post to it;
+  naming this server, and a JSON body: another site's form or script cannot post to it. No GET
+  starts work (src/lumen_ex/playground/app.py);
 - no CORS headers are ever sent; every answer forbids framing and inline scripts
   (Content-Security-Policy) and is never cached.
 
 :class:`Guard` is plain ASGI middleware, so streamed answers (server-sent events) pass through it
-unchanged. tests/e2e/test_playground_http.py sends the requests it must refuse.
+unchanged. tests/e2e/test_playground_http.py sends the requests it must refuse, and
+tests/e2e/test_playground_browser.py has a page on another local port try to read or spoil the
+credential. docs/security.md says what this does and does not protect on a shared machine.
 """
 
 from __future__ import annotations
@@ -24,10 +33,9 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import secrets
-from http.cookies import SimpleCookie
-from urllib.parse import parse_qsl, urlencode
 
 SAFE_METHODS = ("GET", "HEAD")
+PUBLIC_PATHS = ("/", "/static/app.js", "/static/app.css")    # the page and its bundle: nothing of the workspace
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
@@ -59,7 +67,6 @@ class Guard:
 
     def __init__(self, app, *, token: str, port: int, host: str = "127.0.0.1"):
         self.app, self.token, self.port = app, token, port
-        self.cookie = f"lumen_ex_token_{port}"
         names = set(LOOPBACK_NAMES)
         if host not in ("127.0.0.1", "localhost", "::1"):
             names.add(f"[{host}]" if ":" in host else host)
@@ -99,14 +106,6 @@ class Guard:
         if not self.host_ok(host):
             await _plain(secure, 403, "refused: this server answers only requests for its own address (Host header)")
             return
-        query = parse_qsl(scope.get("query_string", b"").decode("latin-1"))
-        from_query = dict(query).get("token")
-        cookies = SimpleCookie()
-        try:
-            cookies.load(headers.get("cookie", ""))
-        except Exception:  # noqa: BLE001  a malformed cookie header is just no cookie
-            cookies = SimpleCookie()
-        from_cookie = cookies[self.cookie].value if self.cookie in cookies else None
         auth = headers.get("authorization", "")
         from_header = auth[6:].strip() if auth.lower().startswith("token ") else None
         method = scope["method"].upper()
@@ -117,17 +116,8 @@ class Guard:
             if headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
                 await _plain(secure, 415, "refused: send JSON (Content-Type: application/json)")
                 return
-        if self.token_ok(from_query) and method in SAFE_METHODS:
-            # The printed link: keep the token in a cookie, and take it out of the address bar.
-            rest = urlencode([(k, v) for k, v in query if k != "token"])
-            location = scope.get("path", "/") + (f"?{rest}" if rest else "")
-            cookie = f"{self.cookie}={self.token}; Path=/; HttpOnly; SameSite=Strict"
-            await secure({"type": "http.response.start", "status": 303,
-                          "headers": [(b"location", location.encode("latin-1")), (b"set-cookie", cookie.encode("latin-1")),
-                                      (b"content-length", b"0")]})
-            await secure({"type": "http.response.body", "body": b""})
-            return
-        if not (self.token_ok(from_cookie) or self.token_ok(from_header)):
+        public = method in SAFE_METHODS and scope.get("path", "/") in PUBLIC_PATHS
+        if not public and not self.token_ok(from_header):
             await _plain(secure, 403, "refused: open the link that `lumen-ex serve` printed (it carries the token)")
             return
         await self.app(scope, receive, secure)

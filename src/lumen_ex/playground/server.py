@@ -49,7 +49,7 @@ def bind(host: str, port: int) -> socket.socket:
 def url_of(host: str, port: int, token: str) -> str:
     """The link to print: bound to every address, this machine's own (loopback) address."""
     shown = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
-    return f"http://{f'[{shown}]' if ':' in shown else shown}:{port}/?token={token}"
+    return f"http://{f'[{shown}]' if ':' in shown else shown}:{port}/#token={token}"
 
 
 def serve(*, workspace: Path | None = None, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
