@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -29,6 +31,41 @@ BUILTIN = {ex.suite: ex for ex in catalog.load(environ={}).exercises}
 CORPORA = {suite: ex.corpus_dir for suite, ex in BUILTIN.items()}
 REFERENCES = {suite: ex.reference_path for suite, ex in BUILTIN.items()}
 LUMEN_EX = str(Path(sys.executable).parent / "lumen-ex")   # the installed command, as a user runs it
+
+
+# The tests run on two xdist workers (pyproject.toml: -n 2 --dist loadgroup). Tests that would fight over
+# one thing are kept on one worker, in order: the docker tests (one engine, one image, containers
+# counted by name), the browser tests (one Chromium), the tests that read the corpus's one dev check run
+# (tests/e2e/test_corpus.py marks its own, as does tests/e2e/test_seed_stability.py).
+XDIST_GROUPS = {"docker": lambda item: item.get_closest_marker("docker") is not None,
+                "browser": lambda item: item.path.name == "test_playground_browser.py"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            for group, belongs in XDIST_GROUPS.items():
+                if belongs(item):
+                    item.add_marker(pytest.mark.xdist_group(group))
+                    break
+        if getattr(config.option, "loadgroup", False):     # an xdist worker under --dist loadgroup
+            _in_xdist_group(item)
+
+
+def _in_xdist_group(item) -> None:
+    """What pytest-xdist's worker does for --dist loadgroup (3.8: ``item._nodeid = f"{nodeid}@{group}"``),
+    for pytest 9, where a node's id lives in ``item._id`` and that assignment is lost: every group
+    was then split over the workers (the corpus graded twice at once). Older pytest: xdist's own."""
+    names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                    for m in item.iter_markers("xdist_group")})
+    if not names or "@" in item.nodeid or not hasattr(item, "_id"):
+        return
+    from _pytest.nodeid import NodeId
+
+    wanted = f"{item.nodeid}@{'_'.join(names)}"
+    item._id = NodeId.parse(wanted)
+    assert item.nodeid == wanted, f"cannot give {item.nodeid} its xdist group"
 
 
 def bwrap_ok() -> bool:
@@ -95,6 +132,31 @@ def grade(tmp_path):
         return grade_source(tmp_path / f"g{next(counter)}", exercise, source, **kwargs)
 
     return _grade
+
+
+# The built-in pack's corpus is graded once for the whole test run, by `lumen-ex dev check` (one warm
+# batch per seed): every file under CORPUS_SEEDS, the files nearest the tolerance under CLOSE_SEEDS too.
+# tests/e2e/test_corpus.py reads the verdicts, tests/e2e/test_seed_stability.py their agreement.
+CORPUS_SEEDS = (1234, 7, 99)
+CLOSE_SEEDS = (1, 2)
+
+
+@pytest.fixture(scope="session")
+def corpus_report() -> dict:
+    """`lumen-ex dev check --format json` on the built-in pack (the installed command, run from /).
+
+    About 930 gradings: a few minutes on two cores, and the reason tests/e2e/test_corpus.py and
+    tests/e2e/test_seed_stability.py take more than 30 s: they grade every corpus file under 3 to 5
+    seeds, for every test that reads the report."""
+    # Under bwrap's forked workers (or the unisolated mode where bwrap is missing), not docker: the docker
+    # tests run meanwhile on the other xdist worker and count the grading slots on this machine.
+    proc = subprocess.run([LUMEN_EX, "dev", "check", "--format", "json", "--seeds", ",".join(map(str, CORPUS_SEEDS)),
+                           "--close-seeds", ",".join(map(str, CLOSE_SEEDS)), "--sandbox", best_sandbox()],
+                          capture_output=True, text=True, timeout=3600, cwd="/")
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == (0 if doc["ok"] else 1), proc.stderr[-3000:]
+    return doc
 
 
 def pack_copy(tmp: Path, *, version: str | None = None, edits: dict[str, tuple[str, str]] | None = None) -> Path:

@@ -56,6 +56,7 @@ def load_yaml(path: Path) -> dict:
 # -- the GitHub workflow of a student repository ---------------------------------------------------
 
 
+@pytest.mark.slow
 def test_init_ci_github_writes_a_workflow_that_runs(tmp_path):
     proc = run(["init", "repo", "--ci", "github"], tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -212,6 +213,7 @@ def docker_run_argv(container: dict, pod: dict, volume: Path, index: int, image:
 
 
 @needs_docker
+@pytest.mark.slow
 def test_one_index_of_the_job_runs_in_the_grader_image_and_is_collected(emitted):
     from lumen_ex.image import tag as image_mod
 

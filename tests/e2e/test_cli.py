@@ -96,6 +96,7 @@ def test_init_creates_the_workspace(tmp_path):
     ("check-stub", None, 1),
     ("check-syntax-error", SYNTAX_ERROR, 1),
 ])
+@pytest.mark.slow
 def test_check_output(workspace, case, source, code):
     if source is not None:
         put(workspace, source)
@@ -104,6 +105,7 @@ def test_check_output(workspace, case, source, code):
     compare(case, normalise(proc.stdout, workspace.parent))
 
 
+@pytest.mark.slow
 def test_shape_failure_names_the_axes(workspace):
     put(workspace, BUGGY_SHAPE)
     proc = run(["check", "attention", "--sandbox", "none", "--seed", "3", "--format", "json"], workspace)
@@ -113,6 +115,7 @@ def test_shape_failure_names_the_axes(workspace):
         "output: expected (B, H, L_q, d_v) = (2, 3, 5, 6), got (B, H, d_v, L_q) = (2, 3, 6, 5)")
 
 
+@pytest.mark.slow
 def test_json_matches_the_schema(workspace):
     jsonschema = pytest.importorskip("jsonschema")
     schema = json.loads((Path(__file__).parents[2] / "docs" / "result.schema.json").read_text())
@@ -126,6 +129,7 @@ def test_json_matches_the_schema(workspace):
         assert doc["score"] == pytest.approx(sum(t["score"] for t in doc["tests"]), abs=1e-3)
 
 
+@pytest.mark.slow
 def test_same_seed_same_record(workspace):
     put(workspace, BUGGY_NO_SCALE)
     docs = [json.loads(run(["check", "1", "--sandbox", "none", "--format", "json", "--seed", "5"], workspace).stdout)
@@ -134,6 +138,7 @@ def test_same_seed_same_record(workspace):
     assert strip(docs[0]) == strip(docs[1])
 
 
+@pytest.mark.slow
 def test_list_shows_progress(workspace):
     put(workspace, REFERENCE_1)
     assert run(["check", "1", "--sandbox", "none", "--seed", "1"], workspace).returncode == 0
@@ -192,6 +197,7 @@ def test_every_command_has_help_and_is_in_the_readme():
         assert f"lumen-ex {command}" in readme, f"README does not mention `lumen-ex {command}`"
 
 
+@pytest.mark.slow
 def test_doctor_reports_sandboxes(tmp_path):
     proc = run(["doctor", "--format", "json"], tmp_path)
     assert proc.returncode == 0
@@ -201,6 +207,7 @@ def test_doctor_reports_sandboxes(tmp_path):
 
 @pytest.mark.parametrize("case,source", [("check-no-scale-80", BUGGY_NO_SCALE), ("check-stub-80", None),
                                          ("check-syntax-error-80", SYNTAX_ERROR)])
+@pytest.mark.slow
 def test_check_output_at_80_columns(workspace, case, source):
     """At 80 columns no two rows of the test table look the same (the test ids are kept whole),
     and repeated causes are folded into one row."""

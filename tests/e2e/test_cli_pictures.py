@@ -61,6 +61,7 @@ def first_failure_panel(stdout: str) -> str:
     ("pictures-mask-inverted", MASK_INVERTED, ["weights [B=", "- yours smaller"]),
     ("pictures-shape-missing-axis", OUTPUT_LOSES_AN_AXIS, ["expected  B  H  L_q  d_v", "^"]),
 ])
+@pytest.mark.slow
 def test_pictures_in_the_terminal(workspace, case, source, marks):  # noqa: F811 (the fixture)
     put(workspace, source)
     proc = run(["check", "1", "--sandbox", "none", "--seed", "7"], workspace / "01-attention")
@@ -72,6 +73,7 @@ def test_pictures_in_the_terminal(workspace, case, source, marks):  # noqa: F811
     compare(case, panel)
 
 
+@pytest.mark.slow
 def test_json_embeds_the_png_and_validates(workspace):  # noqa: F811 (the fixture)
     jsonschema = pytest.importorskip("jsonschema")
     schema = json.loads(SCHEMA.read_text())

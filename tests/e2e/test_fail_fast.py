@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REFERENCES, best_sandbox, workspace_with
 
 from lumen_ex.core import catalog
@@ -26,6 +27,7 @@ SYNTAX_ERROR = "import torch\n\ndef scaled_dot_product_attention(q, k, v, mask=N
 LUMEN_EX = str(Path(sys.executable).parent / "lumen-ex")
 
 
+@pytest.mark.slow
 def test_a_hang_costs_one_call_and_the_other_function_still_scores(tmp_path):
     assert HANGS != REFERENCE
     result = run_check(1, workspace=workspace_with(tmp_path, 1, HANGS), sandbox=best_sandbox(), seed=5,

@@ -45,6 +45,7 @@ def student_files(out, prefix):
     return md, md.with_name(md.name[:-3] + ".html")
 
 
+@pytest.mark.slow
 def test_each_student_gets_markdown_and_html_from_the_record(graded):
     out = graded
     md, page = student_files(out, "trent")
@@ -60,6 +61,7 @@ def test_each_student_gets_markdown_and_html_from_the_record(graded):
     assert "default-src 'none'" in html                      # the page may load nothing from anywhere
 
 
+@pytest.mark.slow
 def test_the_failing_student_sees_the_explanation_and_the_embedded_picture(graded):
     out = graded
     md, page = student_files(out, "mallory")

@@ -102,6 +102,7 @@ def test_the_cli_choices_are_the_library_s():
     assert choices.SANDBOXES == CHOICES and choices.DEVICES == DEVICES
 
 
+@pytest.mark.slow
 def test_the_record_has_what_the_views_need(buggy):
     """The buggy submission exercises every status a view must map: pass, fail, skipped."""
     statuses = {t.status.value for t in buggy.record.tests}
@@ -112,6 +113,7 @@ def test_the_record_has_what_the_views_need(buggy):
 # -- Gradescope ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_gradescope(buggy):
     proc = buggy.check("gradescope")
     doc = json.loads(proc.stdout)
@@ -146,6 +148,7 @@ def test_gradescope(buggy):
 # -- PrairieLearn ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_prairielearn(buggy):
     doc = json.loads(buggy.check("prairielearn").stdout)
     jsonschema.validate(doc, schema("prairielearn-results.schema.json"))
@@ -195,6 +198,7 @@ def validate_xml(element: ET.Element, rules: dict) -> None:
         validate_xml(child, rules)
 
 
+@pytest.mark.slow
 def test_junit(buggy):
     text = buggy.check("junit").stdout
     assert text.startswith('<?xml version="1.0" encoding="utf-8"?>')
@@ -272,6 +276,7 @@ def commands(stdout: str) -> list[tuple[str, dict, str]]:
     return out
 
 
+@pytest.mark.slow
 def test_github_annotations_summary_and_classroom_result(buggy, tmp_path):
     proc, summary, outputs = github_run(buggy, tmp_path)
     rec = buggy.record
@@ -320,6 +325,7 @@ def test_github_annotations_summary_and_classroom_result(buggy, tmp_path):
     assert outputs["score"] == points(rec.score) and outputs["max_score"] == "10"
 
 
+@pytest.mark.slow
 def test_github_annotation_points_at_the_line(tmp_path):
     """A file that does not parse: the annotation carries the line of the syntax error."""
     checked = Checked(tmp_path, SYNTAX_ERROR)
@@ -332,6 +338,7 @@ def test_github_annotation_points_at_the_line(tmp_path):
     assert len(errors) == 1 and errors[0][1]["title"].endswith(f"(and {failed - 1} more tests that fail the same way)")
 
 
+@pytest.mark.slow
 def test_github_output_cannot_be_forged_by_the_submission(tmp_path):
     checked = Checked(tmp_path, INJECTION)
     proc, summary, outputs = github_run(checked, tmp_path)
@@ -347,6 +354,7 @@ def test_github_output_cannot_be_forged_by_the_submission(tmp_path):
     assert json.loads(base64.b64decode(outputs["result"]))["status"] == "fail"
 
 
+@pytest.mark.slow
 def test_github_correct_submission(correct, tmp_path):
     proc, summary, outputs = github_run(correct, tmp_path)
     assert proc.returncode == 0
@@ -358,6 +366,7 @@ def test_github_correct_submission(correct, tmp_path):
     assert runner["status"] == "pass" and all(t["status"] == "pass" for t in runner["tests"])
 
 
+@pytest.mark.slow
 def test_json_format_is_unchanged(correct):
     """`--format json` still prints the record exactly as RunResult.to_json does."""
     doc = json.loads(correct.json_stdout)

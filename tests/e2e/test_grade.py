@@ -114,6 +114,7 @@ def mixed(tmp_path_factory):
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_mixed_class_results(mixed):
     root, subs, out, args, proc, _ = mixed
     assert proc.returncode == 0, proc.stdout + proc.stderr          # eve's unsafe zip is her fail, not an error
@@ -195,6 +196,7 @@ def test_class_report(mixed):
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_extra_formats_beside_each_document(mixed):
     _, _, out, _, _, _ = mixed
     import xml.etree.ElementTree as ET
@@ -210,6 +212,7 @@ def test_extra_formats_beside_each_document(mixed):
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_rerun_resumes_and_force_regrades_one_student(mixed):
     root, _, out, args, _, first_seconds = mixed
     documents = [p for p in (out / "results").glob("*/*.json") if p.stem.count(".") == 0]   # not the views
@@ -229,7 +232,10 @@ def test_rerun_resumes_and_force_regrades_one_student(mixed):
 # -- crash, hang, refusal --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_crashed_and_hung_grading_processes_still_get_a_row(tmp_path):
+    """Crashed and hung grading processes still get a row. Over 30 s: a stopped grading process is
+    waited out to its 20 s time-out, then replaced."""
     subs = tmp_path / "submissions"
     put(subs / "killer", EX1.file, CORPUS / "hostile" / "kill_parent.py")   # SIGKILLs the grading process
     put(subs / "stopper", EX1.file, STOP_PARENT)                             # SIGSTOPs it: a hang
@@ -314,6 +320,7 @@ def _start_time(pid: int) -> str:
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_ctrl_c_leaves_nothing_behind_and_a_rerun_resumes(tmp_path):
     subs = tmp_path / "submissions"
     for i in range(4):
@@ -445,6 +452,7 @@ def _our_containers(path: Path) -> list[str]:
 
 
 @pytest.mark.docker
+@pytest.mark.slow
 def test_grade_in_docker_and_ctrl_c_leaves_no_container(tmp_path):
     from docker_support import DOCKER_OK, DOCKER_WHY
 

@@ -67,6 +67,7 @@ def graded(tmp_path_factory):
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_a_new_folder_never_inherits_the_zips_result(graded):
     root, subs, out, args, first, first_rows, second = graded
     assert first_rows["x"]["status"] == "pass" and first_rows["x"]["attention"] == "10"     # x.zip, as "x"
@@ -108,6 +109,7 @@ def test_skipped_entries_and_ambiguous_submissions_have_rows(graded):
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_the_roster_lists_missing_students_and_unmatched_submissions(graded):
     _, _, out, _, _, _, second = graded
     listed = rows(out)
@@ -121,6 +123,7 @@ def test_the_roster_lists_missing_students_and_unmatched_submissions(graded):
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_student_accepts_the_name_as_given(graded):
     root, _, out, args, _, _, _ = graded
     forced = grade([*args, "--force", "--student", JOSE], root)

@@ -51,7 +51,9 @@ def bumped_catalogue(tmp: Path, version: str) -> Path:
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_a_rerun_regrades_what_changed_and_says_why(tmp_path):
+    """A rerun regrades what changed, and says why. Over 30 s: five real `lumen-ex grade` runs of a class."""
     subs = tmp_path / "submissions"
     put(subs / "alice", EX1.file, REF1)
     put(subs / "bob", EX1.file, BUGGY)
@@ -127,7 +129,9 @@ def _graders_of(out: Path) -> list[int]:
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_a_kill_during_force_never_leaves_a_mix(tmp_path):
+    """A kill during --force never leaves a mix. Over 30 s: a class graded, killed mid-run, graded again."""
     subs = tmp_path / "submissions"
     for i in range(3):
         put(subs / f"s{i}", EX1.file, REF1 if i % 2 == 0 else BUGGY)

@@ -395,6 +395,7 @@ def cli_env(**extra) -> dict:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_check_every_format_with_a_hostile_submission(backend, tmp_path):
     """The real CLI, grading for real: no crash (exit 1, not 3) and no raw control in any output."""
     ws = workspace_with(tmp_path, 1, SUBMISSION)
@@ -427,6 +428,7 @@ def test_check_every_format_with_a_hostile_submission(backend, tmp_path):
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_grade_a_class_with_hostile_names_and_messages(tmp_path):
     """`lumen-ex grade`: hostile folder and zip names, a lone-surrogate exception, and a stored
     document holding one; gradebook.csv and report.md are written for the whole class."""

@@ -167,6 +167,7 @@ def dead_pid() -> int:
 
 
 @needs_git
+@pytest.mark.slow
 def test_a_class_with_a_deadline_through_the_real_command(tmp_path):
     subs = tmp_path / "submissions"
     subs.mkdir()

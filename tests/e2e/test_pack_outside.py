@@ -38,17 +38,24 @@ def pack():
     shutil.rmtree(top, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_dev_check_grades_and_accepts_the_scaffold(pack):
+    """The scaffold passes `dev check` as an author runs it. Over 30 s: the real command, with its
+    grading processes, under 5 seeds."""
     root, _ = pack
     proc = run(["dev", "check", str(root), "--format", "json"])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
     (ex,) = doc["exercises"]
-    assert ex["number"] == 101 and ex["corpus"] == {"buggy:fails as declared": 2, "correct:full marks": 1,
-                                                     "reference:full marks": 3, "stub:fails": 1}
+    # Every file under the 3 default seeds; the reference and the correct file under the 2 close seeds
+    # too; the stub once.
+    assert ex["number"] == 101 and ex["corpus"] == {"buggy:fails as declared": 2 * 3, "correct:full marks": 1 * 5,
+                                                     "reference:full marks": 5, "stub:fails": 1}
+    assert doc["seeds"] == [1, 2, 3] and doc["close_seeds"] == [4, 5]
     assert ex["mistakes_named"] == ["softmax-overflow", "softmax-wrong-axis"]
 
 
+@pytest.mark.slow
 def test_dev_check_catches_a_false_pass_and_a_wrong_reference(pack, tmp_path):
     root, _ = pack
     broken = tmp_path / "broken"
@@ -65,7 +72,38 @@ def test_dev_check_catches_a_false_pass_and_a_wrong_reference(pack, tmp_path):
     assert "'softmax-wrong-axis' is named by no buggy corpus file" in problems["101-softmax"]
 
 
+FLAKY = """import torch
+
+
+def softmax(x):
+    e = (x - x.max(dim=-1, keepdim=True).values).exp()
+    s = e / e.sum(dim=-1, keepdim=True)
+    # Right on some inputs only: which ones depends on the seed.
+    return s if int(x.abs().sum() * 1000) % 2 == 0 else s.flip(-1)
+"""
+
+
+@pytest.mark.slow
+def test_dev_check_says_when_a_verdict_depends_on_the_seed(pack, tmp_path):
+    """One file graded under several seeds, one warm batch per seed: a verdict that changes with the
+    seed is a problem of its own, naming the seeds and the tests that changed."""
+    root, _ = pack
+    flaky = tmp_path / "flaky"
+    shutil.copytree(root, flaky)
+    (flaky / "101-softmax" / "corpus" / "correct" / "flaky.py").write_text(FLAKY)
+    proc = run(["dev", "check", str(flaky), "--format", "json", "--seeds", "1,2,3,4,5,6", "--close-seeds", ""])
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    mine = [p["what"] for p in doc["problems"] if p["where"] == "101-softmax/corpus/correct/flaky.py"]
+    assert any(w.startswith("the verdict depends on the seed: seed ") for w in mine), mine
+    assert {f["seed"] for f in doc["files"] if f["where"].endswith("/flaky.py")} == {1, 2, 3, 4, 5, 6}
+    others = [p for p in doc["problems"] if not p["where"].endswith("/flaky.py")]
+    assert others == [], others
+
+
+@pytest.mark.slow
 def test_listed_checked_and_graded_through_the_path(pack, tmp_path):
+    """Listed, checked and graded through LUMEN_EX_PATH. Over 30 s: four real commands, a class grading among them."""
     root, folder = pack
     env = {"LUMEN_EX_PATH": str(root)}
     listing = run(["list"], env)
@@ -132,6 +170,7 @@ def softmax(x):
 @pytest.mark.slow
 @pytest.mark.parametrize("_", [pytest.param(0, marks=requires_docker)])
 def test_the_grader_image_grades_an_instructors_pack(pack, tmp_path, monkeypatch, _):
+    """The grader image built with an instructor's pack grades it. Over 30 s: it builds that image."""
     from lumen_ex.image import tag
 
     root, folder = pack

@@ -49,6 +49,7 @@ def test_prairielearn_not_gradable_when_the_file_is_missing_or_does_not_parse(tm
     assert any(e.startswith("no 02-kv-cache/kv_cache.py") for e in broken["format_errors"])
 
 
+@pytest.mark.slow
 def test_prairielearn_a_wrong_answer_is_gradable_and_carries_its_pictures(tmp_path):
     doc = run_on_host("prairielearn", submission(tmp_path / "s", {"attention.py": MASK_INVERTED}),
                       tmp_path / "r.json", "1")
@@ -64,6 +65,7 @@ def test_prairielearn_a_wrong_answer_is_gradable_and_carries_its_pictures(tmp_pa
 # -- Gradescope --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_gradescope_visibility_per_group_and_a_skipped_test(tmp_path, monkeypatch):
     ex = dataclasses.replace(EX1, visibility={"properties": "after_due_date", "values": "hidden"})
     patched = dataclasses.replace(CAT, exercises=(ex, *CAT.exercises[1:]))

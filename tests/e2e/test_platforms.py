@@ -85,6 +85,7 @@ def load(platform: str, path: Path) -> dict:
 # -- field by field, on the host ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_gradescope_results_for_a_flat_upload_of_one_exercise_and_a_missing_other(tmp_path):
     # Gradescope users drag files in: attention.py at the top, no kv_cache.py at all.
     sub = submission(tmp_path / "submission", {"attention.py": NO_SCALE_1})
@@ -108,6 +109,7 @@ def test_gradescope_results_for_a_flat_upload_of_one_exercise_and_a_missing_othe
     assert [e["exercise"]["number"] for e in doc["extra_data"]["exercises"]] == [1, 2]
 
 
+@pytest.mark.slow
 def test_prairielearn_results_for_a_workspace_shaped_submission(tmp_path):
     sub = submission(tmp_path / "student", {f"{EX1.dir}/{EX1.file}": CORRECT_1,
                                              f"{EX2.dir}/{EX2.file}": CORRECT_2})
@@ -121,6 +123,7 @@ def test_prairielearn_results_for_a_workspace_shaped_submission(tmp_path):
     assert sum(t["max_points"] for t in doc["tests"]) == pytest.approx(EX1.max_score + EX2.max_score, abs=0.01)
 
 
+@pytest.mark.slow
 def test_one_exercise_from_the_environment_and_a_score_between_zero_and_one(tmp_path, monkeypatch):
     monkeypatch.setenv(platforms.EXERCISES_ENV, "1")
     sub = submission(tmp_path / "student", {"attention.py": NO_SCALE_1})
@@ -154,6 +157,7 @@ def current_image() -> str:
 
 
 @needs_docker
+@pytest.mark.slow
 def test_gradescope_local_run_of_the_image(tmp_path):
     sub = submission(tmp_path / "submission", {f"{EX1.dir}/{EX1.file}": NO_SCALE_1, "kv_cache.py": CORRECT_2})
     results = tmp_path / "results"
@@ -173,6 +177,7 @@ def test_gradescope_local_run_of_the_image(tmp_path):
 
 
 @needs_docker
+@pytest.mark.slow
 def test_prairielearn_external_grader_run_of_the_image(tmp_path):
     grade = tmp_path / "grade"
     submission(grade / "student", {"attention.py": CORRECT_1})
@@ -190,6 +195,7 @@ def test_prairielearn_external_grader_run_of_the_image(tmp_path):
 
 
 @needs_docker
+@pytest.mark.slow
 def test_a_submission_cannot_forge_the_platform_results(tmp_path):
     sub = submission(tmp_path / "submission", {"attention.py": FORGER})
     results = tmp_path / "results"

@@ -84,7 +84,9 @@ def book_rows(text: str) -> dict[str, dict]:
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_one_class_seed_and_the_same_gradebook_twice(graded):
+    """One class seed, the same gradebook twice. Over 30 s (its fixture): a class graded twice under bwrap."""
     _, out, book, docs = graded
     seed = json.loads((out / "class.json").read_text())["seed"]
     assert {d["seed"] for s, d in docs.items() if s != "hang"} == {seed}

@@ -14,6 +14,7 @@ import secrets
 import threading
 from pathlib import Path
 
+import pytest
 from conftest import CORPORA, best_sandbox, workspace_with
 from docker_support import live_processes_with, summary, wait_until
 
@@ -47,7 +48,10 @@ def _check(root: Path, select: str) -> RunResult:
                      select=select)
 
 
+@pytest.mark.slow
 def test_a_save_during_the_check_is_not_graded(tmp_path):
+    """A save during the check is not graded. Over 30 s: three checks, the first two with a worker
+    killed at every test (each replacement a torch import), so that the save lands mid-check."""
     token = "snap" + secrets.token_hex(4)
     first = FIRST.replace("@TOKEN@", token)
     correct = next(iter(sorted(CORRECT))).read_text()

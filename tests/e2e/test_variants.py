@@ -91,6 +91,7 @@ CASES = [(ex, seed) for ex in EXERCISES for seed in SEEDS]
 
 
 @pytest.mark.parametrize("exercise,seed", CASES, ids=[f"ex{e}-seed{s}" for e, s in CASES])
+@pytest.mark.slow
 def test_variants_are_distinguishable_on_the_hidden_inputs(tmp_path, exercise, seed):
     problems = []
     for c in recorded(exercise, seed, tmp_path):
@@ -195,6 +196,7 @@ def test_corpus_proves_every_catalogue_entry(exercise):
 # The evidence, per test and across the run, through the real entry point
 
 
+@pytest.mark.slow
 def test_a_named_mistake_carries_its_evidence_across_the_run(grade):
     import json
 
@@ -227,12 +229,14 @@ def test_a_named_mistake_carries_its_evidence_across_the_run(grade):
     assert f"likely mistake (matches {top['matched']} of {top['of']} value tests" in text, text
 
 
+@pytest.mark.slow
 def test_a_passing_run_has_no_named_mistakes(grade):
     result = grade(2, REFERENCES["kv_cache"])
     assert result.status is Status.PASS and result.misconceptions == []
     assert "misconceptions" not in result.to_dict()     # optional: documents without it stay as they were
 
 
+@pytest.mark.slow
 def test_a_forbidden_call_is_named_by_its_short_name(grade):
 
     result = grade(1, CORPORA["attention"] / "buggy" / "forbidden_sdpa_imported_alias.py")

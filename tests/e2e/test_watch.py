@@ -87,6 +87,7 @@ def exercise_file(workspace: Path) -> Path:
     return workspace / "01-attention" / "attention.py"
 
 
+@pytest.mark.slow
 def test_rechecks_after_each_save_stub_reference_buggy(session_factory, workspace):
     session = session_factory()
     target = exercise_file(workspace)
@@ -109,6 +110,7 @@ def test_rechecks_after_each_save_stub_reference_buggy(session_factory, workspac
     assert not any("not implemented" in (t.message or "") for t in buggy.tests)
 
 
+@pytest.mark.slow
 def test_save_without_a_change_does_not_recheck(session_factory, workspace):
     session = session_factory()
     target = exercise_file(workspace)
@@ -125,6 +127,7 @@ def test_save_without_a_change_does_not_recheck(session_factory, workspace):
     assert next_change(session) is not None
 
 
+@pytest.mark.slow
 def test_each_check_gets_a_fresh_worker(session_factory, workspace):
     session = session_factory()
     target = exercise_file(workspace)
@@ -147,6 +150,7 @@ def test_each_check_gets_a_fresh_worker(session_factory, workspace):
     assert len(pids) == len(set(pids)) >= 3   # never the same worker process twice
 
 
+@pytest.mark.slow
 def test_a_save_by_rename_is_seen(session_factory, workspace):
     session = session_factory()
     target = exercise_file(workspace)
@@ -157,6 +161,7 @@ def test_a_save_by_rename_is_seen(session_factory, workspace):
     assert session.check_once().status.value == "pass"
 
 
+@pytest.mark.slow
 def test_polling_fallback_sees_saves(session_factory, workspace):
     session = session_factory(poll=True)
     target = exercise_file(workspace)
@@ -175,6 +180,7 @@ def test_polling_fallback_sees_saves(session_factory, workspace):
     assert next_change(session, timeout=1.0) is None
 
 
+@pytest.mark.slow
 def test_a_save_during_a_check_is_not_lost(session_factory, workspace):
     import threading
 
@@ -194,6 +200,7 @@ def test_a_save_during_a_check_is_not_lost(session_factory, workspace):
     assert next_change(session, timeout=1.0) is None
 
 
+@pytest.mark.slow
 def test_the_prepared_pytest_session_gives_the_same_verdicts(session_factory, workspace):
     from lumen_ex.harness.check import run_check
 

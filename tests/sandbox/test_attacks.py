@@ -128,6 +128,9 @@ class Run:
     report: dict = field(default_factory=dict)     # the REPORT{...} an attack raised, if any
     survivors_gone: bool = True                     # no process carrying its token outlived the check
     kind: str = "corpus"                            # corpus | resource | control
+    # This process's worker cgroups before the check: what it leaves is compared with these (another
+    # test run earlier in the same process, under pytest-xdist, may have left one of its own).
+    cgroups_before: frozenset = field(default_factory=lambda: frozenset(leftover_cgroups()))
 
 
 LEDGER: list[Run] = []
@@ -182,12 +185,13 @@ def grade_attack(tmp: Path, name: str, backend: str, source: str, *, select: str
     wait (up to 10 s) for every process carrying it to be gone, and record whether they went."""
     root = workspace_with(tmp / f"{name}-{backend}", 1, source)
     before = tree_hash(root)
+    cgroups = frozenset(leftover_cgroups())
     started = time.monotonic()
     result = run_check(1, workspace=root, sandbox=backend, seed=seed, device="cpu", record=False,
                        select=select)
     seconds = time.monotonic() - started
     gone = wait_until(lambda: not live_processes_with(token), timeout=10) if token else True
-    run = Run(name, backend, result, seconds, root, before, tree_hash(root), _report(result), gone, kind)
+    run = Run(name, backend, result, seconds, root, before, tree_hash(root), _report(result), gone, kind, cgroups)
     LEDGER.append(run)
     return run
 
@@ -230,7 +234,8 @@ def assert_defeated(run: Run) -> None:
     data = json.loads(r.to_json())
     assert data["status"] == r.status.value and data["status"] != "pass"
     assert r.sandbox.backend == run.backend
-    assert not leftover_cgroups(), f"worker cgroups left behind after {run.attack}: {leftover_cgroups()}"
+    left = sorted(set(leftover_cgroups()) - run.cgroups_before)
+    assert not left, f"worker cgroups left behind after {run.attack}: {left}"
 
 
 @pytest.fixture
@@ -268,6 +273,7 @@ def control(tmp_path_factory) -> dict[str, Run]:
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_control_honest_solution_passes_identically(control):
     views = {}
     for sb, run in control.items():
@@ -284,6 +290,7 @@ def test_control_honest_solution_passes_identically(control):
 
 
 @pytest.mark.parametrize("name,backend", CORPUS_RUNS)
+@pytest.mark.slow
 def test_attack_fails(tmp_path, name, backend, secret_env):
     marker = f"lumen-hostile-{secrets.token_hex(8)}"
     source = (HOSTILE / f"{name}.py").read_text().replace(MARKER, marker)
@@ -330,6 +337,7 @@ def scan_blind(monkeypatch):
 
 
 @pytest.mark.parametrize("backend", BWRAP_AND_NONE)
+@pytest.mark.slow
 def test_exit_after_fake_pass_line(tmp_path, control, backend, scan_blind):
     """os._exit(0) after a fake pytest summary: that test crashes, the worker restarts, and every
     other test is still graded on its own merits."""
@@ -345,6 +353,7 @@ def test_exit_after_fake_pass_line(tmp_path, control, backend, scan_blind):
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_hang_at_import_is_remembered(tmp_path, control):
     """A module that never finishes importing costs one call limit, not one per test."""
     run = check(tmp_path, "hang_at_import", "bwrap")
@@ -361,6 +370,7 @@ def test_hang_at_import_is_remembered(tmp_path, control):
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_infinite_loop_times_out_once(tmp_path):
     run = check(tmp_path, "infinite_loop", "bwrap", select="test_causal_mask_on_device or test_values")
     assert_defeated(run)
@@ -386,6 +396,7 @@ def _marker_pids(marker: str) -> list[int]:
 
 
 @pytest.mark.parametrize("backend", BWRAP_AND_NONE)
+@pytest.mark.slow
 def test_daemon_does_not_outlive_the_check(tmp_path, backend):
     marker = f"lumen-hostile-{secrets.token_hex(8)}"
     source = (HOSTILE / "daemon_escape.py").read_text().replace(MARKER, marker)
@@ -408,6 +419,7 @@ def test_daemon_does_not_outlive_the_check(tmp_path, backend):
 
 
 @pytest.mark.parametrize("backend", BWRAP_AND_NONE)
+@pytest.mark.slow
 def test_forged_output_stays_output(tmp_path, backend):
     """Fake pass lines and a fake result JSON, on stdout, stderr and every writable fd, are shown
     to the learner as output and play no part in the verdict."""
@@ -423,6 +435,7 @@ def test_forged_output_stays_output(tmp_path, backend):
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_writes_cannot_reach_workspace_or_host(tmp_path):
     marker = f"lumen-hostile-{secrets.token_hex(8)}"
     source = (HOSTILE / "write_result_files.py").read_text().replace(MARKER, marker)
@@ -447,6 +460,7 @@ def _causal_got(run: Run) -> float:
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_hidden_files_are_invisible_in_the_sandbox(tmp_path, scan_blind):
     """The probe's causal_mask is all True when it found the hidden suite or reference, else all
     False: the first wrong value it gets reported for says which."""
@@ -458,6 +472,7 @@ def test_hidden_files_are_invisible_in_the_sandbox(tmp_path, scan_blind):
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_probe_does_find_the_files_when_not_isolated(tmp_path, scan_blind):
     """Positive control for the probe above: without a sandbox the same code finds them."""
     run = check(tmp_path, "probe_hidden_files", "none", select="test_causal_mask")
@@ -466,6 +481,7 @@ def test_probe_does_find_the_files_when_not_isolated(tmp_path, scan_blind):
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_host_secret_never_reaches_the_record(tmp_path, monkeypatch):
     """The secret is in the grading process's environment from its start (so it is in
     /proc/<pid>/environ too, not only in os.environ): the submission dumps its environment and
@@ -748,6 +764,7 @@ def test_fork_bomb(tmp_path, backend, secret_env):
 
 
 @pytest.mark.parametrize("backend", DOCKER_AND_BWRAP)
+@pytest.mark.slow
 def test_disk_fill(tmp_path, backend, secret_env):
     run = resource_attack(tmp_path, "disk_fill", backend, secret=secret_env)
     report = run.report
@@ -757,6 +774,7 @@ def test_disk_fill(tmp_path, backend, secret_env):
 
 
 @pytest.mark.parametrize("backend", DOCKER_AND_BWRAP)
+@pytest.mark.slow
 def test_output_flood(tmp_path, backend, secret_env):
     run = resource_attack(tmp_path, "output_flood", backend, secret=secret_env)
     assert run.seconds < 90, f"300 MB of output blocked the check for {run.seconds:.0f} s"
@@ -766,6 +784,7 @@ def test_output_flood(tmp_path, backend, secret_env):
 
 
 @pytest.mark.parametrize("backend", DOCKER_AND_BWRAP)
+@pytest.mark.slow
 def test_network(tmp_path, backend, secret_env):
     run = resource_attack(tmp_path, "network", backend, secret=secret_env)
     assert run.report, describe(run.result)
@@ -773,6 +792,7 @@ def test_network(tmp_path, backend, secret_env):
 
 
 @pytest.mark.parametrize("backend", DOCKER_AND_BWRAP)
+@pytest.mark.slow
 def test_writes_outside(tmp_path, backend, secret_env):
     run = resource_attack(tmp_path, "write_outside", backend, secret=secret_env)
     assert run.report, describe(run.result)
@@ -782,6 +802,7 @@ def test_writes_outside(tmp_path, backend, secret_env):
 
 
 @pytest.mark.parametrize("backend", DOCKER_AND_BWRAP)
+@pytest.mark.slow
 def test_secret_env(tmp_path, backend, secret_env):
     run = resource_attack(tmp_path, "read_secret_env", backend, secret=secret_env)
     assert run.report == {"hits": []}, run.report

@@ -377,6 +377,7 @@ def test_wall_clock_limit_kills_and_removes_by_name(tmp_path, fake_docker):
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.slow
 def test_interrupt_still_cleans_up(tmp_path, fake_docker, signum):
     fake_docker.mode("sleep")
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -529,6 +530,7 @@ def test_reference_passes_identically_under_docker_and_bwrap(tmp_path, exercise)
 
 @pytest.mark.parametrize("exercise", [1, 2])
 @needs_docker
+@pytest.mark.slow
 def test_stub_fails_under_docker(tmp_path, exercise):
     if not _has_suite(exercise):
         pytest.skip(f"exercise {exercise} has no hidden suite yet")
@@ -582,6 +584,7 @@ PROBE = textwrap.dedent('''
 
 
 @needs_docker
+@pytest.mark.slow
 def test_isolation_inside_the_container(tmp_path):
     result = _grade(tmp_path, 1, PROBE, "docker", seed=987654321)
     assert result.status is Status.FAIL
@@ -603,6 +606,7 @@ HANG = "import time\nwhile True:\n    time.sleep(0.1)\n"
 
 
 @needs_docker
+@pytest.mark.slow
 def test_real_wall_clock_limit_kills_the_container(tmp_path):
     from lumen_ex.image import tag as image
 
@@ -616,6 +620,7 @@ def test_real_wall_clock_limit_kills_the_container(tmp_path):
 
 @needs_docker
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.slow
 def test_ctrl_c_on_the_cli_leaves_no_container(tmp_path, signum):
     ws = _ws(tmp_path, 1, HANG)
     proc = subprocess.Popen([LUMEN_EX, "check", "1", "--sandbox", "docker", "--workspace", str(ws)],

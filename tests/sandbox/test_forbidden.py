@@ -327,6 +327,7 @@ EXPECTED = {
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(ATTACKS))
+@pytest.mark.slow
 def test_attack_on_the_forbidden_check_fails(tmp_path, backend, name):
     started = time.monotonic()
     result = graded(tmp_path, 1, ATTACKS[name], backend,
@@ -337,6 +338,7 @@ def test_attack_on_the_forbidden_check_fails(tmp_path, backend, name):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_patched_work_counter_fails(tmp_path, backend):
     """The counter patch needs sys.modules: the source scan refuses it before any cost is measured."""
     result = graded(tmp_path, 2, PATCHED_COUNTER, backend, select="test_cost or test_values")
@@ -344,6 +346,7 @@ def test_patched_work_counter_fails(tmp_path, backend):
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_patched_work_counter_is_caught_by_the_graders_clock(tmp_path, monkeypatch):
     """Even with the scan made blind to the patch (its refusals switched off in the harness of this
     process), the cost test fails: the worker's counter is patched, the grader's clock is not."""

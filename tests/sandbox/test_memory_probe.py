@@ -189,6 +189,7 @@ def assert_sees(use: memory.MemoryUse, mb: int = ALLOC_MB) -> None:
 
 
 @needs_cgroup
+@pytest.mark.slow
 def test_cgroup_probe_measures_an_allocation(probe):
     _, idle = measured(probe, "nothing")
     assert idle.exact and idle.extra_bytes < 32 * MIB, idle
@@ -201,12 +202,14 @@ def test_cgroup_probe_measures_an_allocation(probe):
 
 
 @needs_cgroup
+@pytest.mark.slow
 def test_an_allocation_in_a_forked_child_counts(probe):
     _, use = measured(probe, "allocate_in_child", ALLOC_MB)
     assert_sees(use)
 
 
 @needs_cgroup
+@pytest.mark.slow
 def test_clear_refs_from_inside_hides_nothing(probe):
     said, use = measured(probe, "allocate_then_clear_refs", ALLOC_MB)
     assert said == "reset", said                   # the worker did reset its own VmHWM ...
@@ -215,6 +218,7 @@ def test_clear_refs_from_inside_hides_nothing(probe):
 
 @needs_cgroup
 @needs_bwrap
+@pytest.mark.slow
 def test_the_sandbox_cannot_reset_its_cgroup(bwrap_probe):
     said, use = measured(bwrap_probe, "allocate_then_reset_cgroup", ALLOC_MB)
     assert "written" not in said, said
@@ -222,6 +226,7 @@ def test_the_sandbox_cannot_reset_its_cgroup(bwrap_probe):
 
 
 @needs_cgroup
+@pytest.mark.slow
 def test_ballast_held_since_import_counts(probe):
     measured(probe, "hold_ballast", ALLOC_MB)
     _, use = measured(probe, "swap_ballast_for", ALLOC_MB)   # frees the ballast, fills its room, takes it back
@@ -230,6 +235,7 @@ def test_ballast_held_since_import_counts(probe):
 
 
 @pytest.mark.parametrize("backend", ["bwrap", "none"])
+@pytest.mark.slow
 def test_proc_fallback_measures_an_allocation(tmp_path, monkeypatch, backend):
     """Without a cgroup (a normal user, the docker backend's workers), /proc VmHWM of the worker's tree."""
     if backend == "bwrap" and BWRAP_REASON:
@@ -246,6 +252,7 @@ def test_proc_fallback_measures_an_allocation(tmp_path, monkeypatch, backend):
         sub.pool.close()
 
 
+@pytest.mark.slow
 def test_no_measurement_fails_closed(tmp_path, monkeypatch):
     """Where nothing can measure, the memory test is a grader error: never a pass, never points."""
     monkeypatch.setattr(memory.MemoryProbe, "finish", lambda self: memory.MemoryUse(None, False, memory.NOT_MEASURED))

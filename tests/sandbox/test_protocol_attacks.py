@@ -134,6 +134,7 @@ def assert_charged_to_the_submission(result: RunResult) -> None:
 
 @pytest.mark.parametrize("sandbox", BACKENDS)
 @pytest.mark.parametrize("attack", list(ATTACKS))
+@pytest.mark.slow
 def test_crafted_reply_is_a_fail_and_the_worker_is_replaced(tmp_path, sandbox, attack):
     result = grade(tmp_path, 1, FIND_PIPE + ATTACKS[attack] + SDPA + CORRECT_MASK, sandbox, SELECT_1)
     assert_charged_to_the_submission(result)

@@ -271,18 +271,21 @@ def test_any_bytes_at_start_up(data):
 
 @FUZZ
 @given(call_reply())
+@pytest.mark.slow
 def test_mutated_call_replies(stream):
     outcome_of_call(HELLO + LOAD_OK + stream, grad_wrt=(0,), count_ops=True, echo_args=True)
 
 
 @FUZZ
 @given(call_reply())
+@pytest.mark.slow
 def test_mutated_call_replies_plain_call(stream):
     outcome_of_call(HELLO + LOAD_OK + stream)
 
 
 @FUZZ
 @given(function_table, st.sampled_from([True, False, 1, None]), json_any)
+@pytest.mark.slow
 def test_mutated_load_replies(table, ok, error):
     stream = HELLO + frame({"id": 1, "ok": ok, "functions": table, "error": error, "elapsed": 0.0})
     sub, pool, launcher = submission_for(stream)
@@ -301,6 +304,7 @@ def test_mutated_load_replies(table, ok, error):
 
 @FUZZ
 @given(json_any, st.sampled_from([True, False, None, 1]), st.sampled_from([1, 2, "1", None]))
+@pytest.mark.slow
 def test_mutated_hello(extra, hello, protocol):
     header = {"hello": hello, "protocol": protocol, "torch": extra, "cuda": extra}
     assert isinstance(outcome_of_call(frame(header) + LOAD_OK), ALLOWED)
@@ -328,6 +332,7 @@ def test_parser_raises_only_protocol_errors_and_stays_broken(data, cuts):
 
 @FUZZ
 @given(tree, st.integers(0, 3))
+@pytest.mark.slow
 def test_unpack_raises_only_protocol_errors(value, n):
     tensors = [torch.zeros(2) for _ in range(n)]
     try:

@@ -184,6 +184,7 @@ def any_sandbox(request, tmp_path):
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_unprivileged_without_capabilities(bwrap):
     facts = json.loads(bwrap.facts())
     assert (facts["uid"], facts["gid"]) == (65534, 65534)
@@ -193,6 +194,7 @@ def test_unprivileged_without_capabilities(bwrap):
 
 @requires_bwrap
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "started-in-advance"])
+@pytest.mark.slow
 def test_own_pid_namespace_and_clean_environment(tmp_path, warm):
     """Also for a worker started in advance, which loads torch's meta kernels before its hello
     (and torch then sets variables of its own: worker.py takes them out again)."""
@@ -208,6 +210,7 @@ def test_own_pid_namespace_and_clean_environment(tmp_path, warm):
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_no_inherited_descriptors(tmp_path):
     leak = open(tmp_path / "leak.txt", "w")           # an fd open in the harness must not get in
     os.set_inheritable(leak.fileno(), True)
@@ -225,6 +228,7 @@ def test_no_inherited_descriptors(tmp_path):
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_no_network(bwrap):
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -239,6 +243,7 @@ def test_no_network(bwrap):
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_filesystem_read_only_and_private(bwrap, tmp_path):
     assert "Read-only" in bwrap.try_write("/workspace/probe/other.txt")
     assert "Read-only" in bwrap.try_write("/workspace/new.txt") or "Permission" in bwrap.try_write("/workspace/new.txt")
@@ -250,6 +255,7 @@ def test_filesystem_read_only_and_private(bwrap, tmp_path):
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_a_pack_under_a_mounted_folder_is_invisible(tmp_path, monkeypatch):
     """An instructor's pack (LUMEN_EX_PATH) inside a folder the sandbox mounts for the interpreter
     (the Python environment's prefix): its reference, suite and corpus are masked. The control, the
@@ -280,6 +286,7 @@ def test_a_pack_under_a_mounted_folder_is_invisible(tmp_path, monkeypatch):
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_grader_files_are_invisible(bwrap):
     import lumen_ex.exercises
     import lumen_ex.graders
@@ -310,11 +317,13 @@ def test_installed_package_is_masked():
 # Limits, under every sandbox (bwrap and the unisolated mode share the enforcement)
 
 
+@pytest.mark.slow
 def test_fork_bomb_is_stopped(any_sandbox):
     forked = any_sandbox.fork_bomb(300)
     assert forked < Limits().processes, f"{forked} processes forked past a limit of {Limits().processes}"
 
 
+@pytest.mark.slow
 def test_memory_bomb_is_stopped(any_sandbox):
     """Touching twice the limit either kills the worker (cgroup) or fails the allocation (rlimit)."""
     try:
@@ -325,6 +334,7 @@ def test_memory_bomb_is_stopped(any_sandbox):
         assert result.startswith("refused"), result
 
 
+@pytest.mark.slow
 def test_memory_limit_without_a_cgroup_falls_back_to_rlimit(tmp_path, monkeypatch):
     """With no cgroup (a normal user's laptop), RLIMIT_AS holds memory on the CPU."""
     monkeypatch.setattr(Cgroup, "create", classmethod(lambda cls, limits: None))
@@ -336,6 +346,7 @@ def test_memory_limit_without_a_cgroup_falls_back_to_rlimit(tmp_path, monkeypatc
         sub.pool.close()
 
 
+@pytest.mark.slow
 def test_cpu_time_limit(tmp_path):
     sub = pool_for(tmp_path, UnisolatedLauncher(), limits=Limits(cpu_seconds=3), call_timeout=60)
     try:
@@ -347,12 +358,14 @@ def test_cpu_time_limit(tmp_path):
         sub.pool.close()
 
 
+@pytest.mark.slow
 def test_file_size_limit(any_sandbox):
     result = any_sandbox.write_big("/tmp/big.bin" if any_sandbox.pool.launcher.isolated else "big.bin", 40)
     assert not result.startswith("wrote"), result
     assert "too large" in result or "No space" in result
 
 
+@pytest.mark.slow
 def test_call_timeout_kills_and_restarts(tmp_path):
     sub = pool_for(tmp_path, UnisolatedLauncher(), call_timeout=1.5)
     try:
@@ -364,6 +377,7 @@ def test_call_timeout_kills_and_restarts(tmp_path):
         sub.pool.close()
 
 
+@pytest.mark.slow
 def test_no_process_outlives_the_worker(any_sandbox):
     marker = f"lumen-daemon-{uuid.uuid4().hex}"
     assert any_sandbox.daemon(marker) == "started"
@@ -387,6 +401,7 @@ def _processes_with(marker: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_limits_mechanism_is_reported(any_sandbox):
     enforced = any_sandbox.pool.enforced
     assert set(enforced) >= {"memory", "processes", "cpu_time", "file_size"}
@@ -397,6 +412,7 @@ def test_limits_mechanism_is_reported(any_sandbox):
 
 
 @requires_bwrap
+@pytest.mark.slow
 def test_an_interpreter_path_through_an_unmounted_folder_still_starts_workers(tmp_path):
     """``cd bench && ../.venv/bin/python ...`` gives a sys.executable with ``..`` through a folder the
     sandbox does not mount: the worker must be started by a path the sandbox can resolve."""

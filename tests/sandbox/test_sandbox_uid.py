@@ -78,6 +78,7 @@ def _host_uids(pids: list[int]) -> set[int]:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_learner_code_is_not_host_root_and_opens_no_kernel_interface(tmp_path, backend):
     token = "uid" + secrets.token_hex(5)
     source = ATTACK.replace("@TOKEN@", token).replace("@TARGETS@", repr(TARGETS))
@@ -109,8 +110,9 @@ def test_bwrap_stage_leaves_nothing_mounted_or_behind(tmp_path):
     and the stage folder is gone when the check ends."""
     import tempfile
 
-    before = set(Path(tempfile.gettempdir()).glob("lumen-ex-stage-*"))
+    mine = f"lumen-ex-stage-{os.getpid()}-*"      # this process's (another test process makes its own)
+    before = set(Path(tempfile.gettempdir()).glob(mine))
     root = workspace_with(tmp_path, 1, None)
     run_check(1, workspace=root, sandbox="bwrap", seed=1, device="cpu", record=False, select="4d")
     assert "lumen-ex-stage-" not in Path("/proc/self/mountinfo").read_text()
-    assert set(Path(tempfile.gettempdir()).glob("lumen-ex-stage-*")) <= before
+    assert set(Path(tempfile.gettempdir()).glob(mine)) <= before

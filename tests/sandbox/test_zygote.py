@@ -267,6 +267,7 @@ def _with_marker(marker: str) -> list[int]:
 # -------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_forked_worker_keeps_no_capability_and_is_filtered(zygote, tmp_path):
     sub = student(tmp_path, zygote, "a")
     try:
@@ -277,6 +278,7 @@ def test_a_forked_worker_keeps_no_capability_and_is_filtered(zygote, tmp_path):
     assert facts["NoNewPrivs"] == "1" and facts["Seccomp"] == "2", facts
 
 
+@pytest.mark.slow
 def test_files_left_behind_reach_no_other_student(zygote, tmp_path):
     marker = f"lumen-left-{uuid.uuid4().hex}"
     first = student(tmp_path, zygote, "first")
@@ -413,6 +415,7 @@ def test_a_worker_that_stops_reading_is_cut_off_and_the_next_one_forks(zygote, t
     assert zygote.zygote.alive()
 
 
+@pytest.mark.slow
 def test_the_zygote_shows_in_no_worker_and_forks_many(zygote, tmp_path):
     """Fifty submissions in a row from one zygote: each sees a fresh sandbox of its own."""
     before = zygote.forked
@@ -446,13 +449,18 @@ def _graded_by_a_fresh_worker(launcher, ws: Path, **files: str) -> None:
         pool.close()
 
 
+@pytest.mark.slow
 def test_a_workspace_too_large_to_copy_gets_a_fresh_worker(zygote, tmp_path, monkeypatch):
     monkeypatch.setattr(workspace_copy, "WORKSPACE_FILES", 1)
     _graded_by_a_fresh_worker(zygote, tmp_path / "big", **{"data.txt": "more than one file"})
 
 
+@pytest.mark.slow
 def test_verdicts_are_the_same_forked_or_fresh(zygote, tmp_path):
-    """Correct, buggy and hostile files graded by forked workers and by fresh ones alike."""
+    """Correct, buggy and hostile files graded by forked workers and by fresh ones alike.
+
+    Over 30 s (about 50 s under bwrap, 80 s under docker on two cores): 12 files graded twice, and the
+    fresh side pays a torch import for every worker, which the hostile files kill at every test."""
     from conftest import workspace_with
 
     from lumen_ex.harness.check import run_check
@@ -472,6 +480,7 @@ def test_verdicts_are_the_same_forked_or_fresh(zygote, tmp_path):
         assert forked == alone, path.name
 
 
+@pytest.mark.slow
 def test_a_forked_sandbox_that_cannot_be_built_gets_a_fresh_worker_instead(zygote, tmp_path, monkeypatch):
     """The init refuses a workspace entry outside /workspace; that is the grader's failure, never
     the submission's: the launch falls back to a fresh worker, which answers."""
@@ -480,6 +489,7 @@ def test_a_forked_sandbox_that_cannot_be_built_gets_a_fresh_worker_instead(zygot
     assert zygote.zygote is not None and zygote.zygote.alive()   # the zygote itself serves on
 
 
+@pytest.mark.slow
 def test_a_forked_worker_that_cannot_join_its_cgroup_gets_a_fresh_worker_instead(zygote, tmp_path, monkeypatch):
     """Moving the init into its cgroup fails (here on purpose): the init is killed and a fresh
     worker takes the check, as for any other failure of the grader's own."""

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "src" / "lumen_ex"
 BIN = Path(sys.executable).parent
@@ -59,6 +61,7 @@ def test_no_library_module_is_over_400_lines():
     assert not long, "split these modules: " + ", ".join(long)
 
 
+@pytest.mark.slow
 def test_no_import_cycles():
     measured = architecture.measure(ROOT)
     assert measured["cycles_at_import"] == []

@@ -55,6 +55,7 @@ def test_unknown_exercise_names_the_choices():
 
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=[e.slug for e in EXERCISES])
+@pytest.mark.slow
 def test_stub_fails_its_hidden_suite(ex, grade):
     result = grade(ex.number, ex.stub_path)
     assert result.status is Status.FAIL
@@ -65,6 +66,7 @@ def test_stub_fails_its_hidden_suite(ex, grade):
 
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=[e.slug for e in EXERCISES])
+@pytest.mark.slow
 def test_reference_passes_with_full_marks(ex, grade):
     result = grade(ex.number, ex.reference_path)
     failures = [(t.id, t.message) for t in result.tests if t.status not in (Status.PASS, Status.SKIPPED)]

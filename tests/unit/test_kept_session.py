@@ -41,6 +41,7 @@ def _verdict(result) -> list:
          t.diagnosis.misconception if t.diagnosis else None) for t in result.tests]
 
 
+@pytest.mark.slow
 def test_a_kept_session_grades_every_submission_as_a_fresh_session_does(tmp_path):
     launcher = zygotes.ZygoteLauncher(BwrapLauncher())
     sessions = KeptSessions()

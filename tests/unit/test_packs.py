@@ -131,6 +131,7 @@ def test_dev_new_refuses_what_it_cannot_write(tmp_path):
         new_pack(tmp_path / "p", slug="a", title='say "hi"')
 
 
+@pytest.mark.slow
 def test_dev_check_without_grading_finds_each_problem(tmp_path):
     folder = new_pack(tmp_path / "course", slug="softmax", title="Softmax", name="course")
     ok = subprocess.run([LUMEN_EX, "dev", "check", str(tmp_path / "course"), "--no-grade", "--format", "json"],

@@ -11,9 +11,18 @@ For every exercise of every pack given (default: the built-in pack), in this ord
    - the stub fails, with NotImplementedError;
    - the reference passes with full marks under every seed of ``seeds``, every scoring group used;
    - every corpus/correct file gets full marks; every corpus/buggy file fails, and its first failure
-     has the kind, the named mistake and the test its header declares;
-4. every mistake of the exercise's own (CATALOGUE entries beyond the generic ones every suite
+     has the kind, the named mistake and the test its header declares: under every seed of ``seeds``;
+   - the files nearest the tolerance are graded under ``close_seeds`` as well: every correct file
+     and the reference (a correct file's margin is its distance below the tolerance), and every
+     buggy file whose first failure is a value difference within ``CLOSE_RATIO`` times the tolerance;
+4. same bytes, same verdict: a file's verdict (status, score, each test's status, the first
+   failure's kind and mistake, the notes on passing tests) is identical under every seed it was
+   graded with, else the seeds it differs between are a problem;
+5. every mistake of the exercise's own (CATALOGUE entries beyond the generic ones every suite
    shares) is named, by the first failure or a later one, in a buggy file that got its verdict.
+
+Every grading goes through one warm batch per seed (``lumen-ex grade``'s grading processes, forked
+workers, kept pytest sessions), so a pack of 300 files under 5 seeds costs minutes, not hours.
 
 The report counts the corpus verdicts; ``ok`` is False at the first problem (all are listed).
 """
@@ -37,6 +46,10 @@ from lumen_ex.core.results import RunResult, Status
 from lumen_ex.graders.support.mistakes import GENERIC_MISCONCEPTIONS
 
 DEFAULT_SEEDS = (1, 2, 3)
+DEFAULT_CLOSE_SEEDS = (4, 5)
+# A buggy file whose first failure is a value difference at most this many times the tolerance is
+# near the line between pass and fail: it gets the close seeds too.
+CLOSE_RATIO = 10.0
 
 
 @dataclass
@@ -50,6 +63,7 @@ class Report:
     packs: list[Pack]
     exercises: list[Exercise]
     seeds: tuple[int, ...]
+    close_seeds: tuple[int, ...] = ()
     problems: list[Problem] = field(default_factory=list)
     named: dict[str, set[str]] = field(default_factory=dict)   # exercise dir -> mistakes demonstrated
     graded: int = 0
@@ -68,7 +82,7 @@ class Report:
         self.problems.append(Problem(where, what))
 
     def to_dict(self) -> dict:
-        return {"ok": self.ok, "seeds": list(self.seeds), "graded": self.graded,
+        return {"ok": self.ok, "seeds": list(self.seeds), "close_seeds": list(self.close_seeds), "graded": self.graded,
                 "packs": [{"name": p.name, "version": p.version, "root": str(p.root)} for p in self.packs],
                 "exercises": [{"number": ex.number, "slug": ex.slug, "dir": ex.dir,
                                "corpus": {f"{what}:{outcome}": n for (d, what, outcome), n
@@ -78,14 +92,16 @@ class Report:
                 "problems": [{"where": p.where, "what": p.what} for p in self.problems]}
 
 
-def dev_check(roots: list[Path] | None = None, *, seeds: tuple[int, ...] = DEFAULT_SEEDS, sandbox: str = "auto",
+def dev_check(roots: list[Path] | None = None, *, seeds: tuple[int, ...] = DEFAULT_SEEDS,
+              close_seeds: tuple[int, ...] = DEFAULT_CLOSE_SEEDS, sandbox: str = "auto",
               jobs: int = 2, grade: bool = True, progress=None, only: tuple[str, ...] = ()) -> Report:
     """Validate the packs at ``roots`` (default: the built-in pack); see the module docstring.
     ``only``: just these exercises of them (numbers or slugs)."""
     roots = [Path(r).resolve() for r in (roots or [builtin_root()])]
     packs = [read_pack(r, builtin=r == builtin_root().resolve()) for r in roots]
     add_to_path([p.root for p in packs if not p.builtin])     # the grading processes must see them too
-    report = Report(packs, [], tuple(seeds))
+    close_seeds = tuple(s for s in close_seeds if s not in seeds)
+    report = Report(packs, [], tuple(seeds), close_seeds)
     try:
         everything = catalog_mod.load()
     except CatalogError as exc:
@@ -108,6 +124,7 @@ def dev_check(roots: list[Path] | None = None, *, seeds: tuple[int, ...] = DEFAU
                 report.add(item.label, problem)
     if grade and report.exercises and not any(p.where == "manifest" for p in report.problems):
         _grade_all(report, sandbox=sandbox, jobs=jobs, progress=progress)
+        _same_verdict_at_every_seed(report)
         for ex in report.exercises:
             own = set(known[ex.dir] or ()) - set(GENERIC_MISCONCEPTIONS)
             for mistake in sorted(own - report.named.get(ex.dir, set())):
@@ -144,21 +161,103 @@ class _Case:
 
 
 def _grade_all(report: Report, *, sandbox: str, jobs: int, progress) -> None:
+    """Grade every case under every seed (the stub under the first only: it fails whatever the
+    inputs), then the cases near the tolerance under the close seeds; one warm batch per seed."""
     cases = []
     for ex in report.exercises:
         cases += [_Case(ex, "stub", ex.stub_path), _Case(ex, "reference", ex.reference_path)]
         cases += [_Case(ex, item.kind, item.path, item) for item in corpus_files(ex)]
     scratch = Path(tempfile.mkdtemp(prefix="lumen-ex-dev-check-"))
+    got: dict[str, list[RunResult | None]] = {}   # by case.student
     try:
-        for i, seed in enumerate(report.seeds):
-            batch = cases if i == 0 else [c for c in cases if c.what == "reference"]
-            docs = _grade_batch(scratch / f"seed-{seed}", batch, report.exercises, seed=seed, sandbox=sandbox,
-                                jobs=jobs, progress=progress)
-            report.graded += len(batch)
-            for case in batch:
-                _judge(report, case, docs.get(case.student), seed)
+        rounds = [(seed, cases if i == 0 else [c for c in cases if c.what != "stub"])
+                  for i, seed in enumerate(report.seeds)]
+        for seed, batch in rounds:
+            _grade_round(report, scratch, batch, seed, sandbox=sandbox, jobs=jobs, progress=progress, got=got)
+        close = [c for c in cases if _is_close(c, got.get(c.student, []))]
+        for seed in report.close_seeds:
+            _grade_round(report, scratch, close, seed, sandbox=sandbox, jobs=jobs, progress=progress, got=got)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _grade_round(report: Report, scratch: Path, batch: list[_Case], seed: int, *, sandbox: str, jobs: int,
+                 progress, got: dict) -> None:
+    if not batch:
+        return
+    docs = _grade_batch(scratch / f"seed-{seed}", batch, report.exercises, seed=seed, sandbox=sandbox,
+                        jobs=jobs, progress=progress)
+    report.graded += len(batch)
+    for case in batch:
+        result = docs.get(case.student)
+        got.setdefault(case.student, []).append(result)
+        _judge(report, case, result, seed)
+
+
+def _is_close(case: _Case, results: list[RunResult | None]) -> bool:
+    """Is ``case`` near the line between pass and fail (so worth more seeds)? The reference and every
+    correct file are (their margin is how far below the tolerance they stay, which a verdict does not
+    show); a buggy file is when a first failure was a value difference of at most CLOSE_RATIO times
+    the tolerance at the worst value."""
+    if case.what in ("reference", "correct"):
+        return True
+    if case.what != "buggy":
+        return False
+    for result in results:
+        first = result.first_failure if result is not None else None
+        d = first.diagnosis.details if first is not None and first.diagnosis is not None else {}
+        try:
+            allowed = float(d["atol"]) + float(d["rtol"]) * abs(float(d["expected_value"]))
+            if float(d["max_abs_error"]) <= CLOSE_RATIO * allowed:
+                return True
+        except (KeyError, TypeError, ValueError):
+            continue
+    return False
+
+
+def verdict(result: RunResult) -> dict:
+    """What must not depend on the seed: the status, the score, each test's status, the first
+    failure's test, kind and named mistake (what a corpus header declares), and the notes on passing
+    tests. The diagnoses of later failing tests are not compared: a later test may name a mistake
+    on some inputs only (a near-tie of a bfloat16 variant), which the first failure never does."""
+    first = result.first_failure
+    return {"status": result.status.value, "score": round(result.score, 6),
+            "tests": [[t.id, t.status.value] for t in result.tests],
+            "first": [first.id, first.diagnosis.kind, first.diagnosis.misconception]
+            if first is not None and first.diagnosis is not None else None,
+            "notes": {t.id: t.message for t in result.tests if t.status is Status.PASS and t.message}}
+
+
+def verdict_differences(a: dict, b: dict) -> list[str]:
+    """What differs between two :func:`verdict` s, field by field (per test for tests and notes)."""
+    out = []
+    for key in ("status", "score", "tests", "first", "notes"):
+        x, y = a.get(key), b.get(key)
+        if x == y:
+            continue
+        if key == "tests" and isinstance(x, list) and isinstance(y, list):
+            parts = [f"{p[0]}: {p[1]} -> {q[1]}" for p, q in zip(x, y) if p != q] or [f"{len(x)} -> {len(y)} tests"]
+        elif key == "notes" and isinstance(x, dict) and isinstance(y, dict):
+            parts = [f"{t}: {x.get(t)!r} -> {y.get(t)!r}" for t in sorted(set(x) | set(y)) if x.get(t) != y.get(t)]
+        else:
+            parts = [f"{x} -> {y}"]
+        out.append(f"{key} " + "; ".join(parts))
+    return out
+
+
+def _same_verdict_at_every_seed(report: Report) -> None:
+    """A file whose verdict changes with the seed is a problem, naming the seeds and what changed."""
+    by_file: dict[str, list[dict]] = {}
+    for entry in report.files:
+        if entry.get("verdict") is not None:
+            by_file.setdefault(entry["where"], []).append(entry)
+    for where, entries in by_file.items():
+        first = entries[0]
+        for other in entries[1:]:
+            changed = verdict_differences(first["verdict"], other["verdict"])
+            if changed:
+                report.add(where, f"the verdict depends on the seed: seed {first['seed']} vs {other['seed']}: "
+                                  + "; ".join(changed))
 
 
 def _grade_batch(root: Path, cases: list[_Case], exercises: list[Exercise], *, seed: int, sandbox: str, jobs: int,
@@ -174,7 +273,7 @@ def _grade_batch(root: Path, cases: list[_Case], exercises: list[Exercise], *, s
         shutil.copyfile(case.path, folder / case.exercise.file)
     used = [ex for ex in exercises if any(c.exercise is ex for c in cases)]
     req = GradeRequest(submissions=subs, out=root / "out", exercises=used, jobs=jobs, sandbox=sandbox,
-                       unsafe=sandbox == "none", seed=seed, device="cpu")
+                       unsafe=sandbox == "none", seed=seed, device="cpu", only_submitted=True)
     grade_class(req, progress)
     docs = {}
     for case in cases:
@@ -191,7 +290,8 @@ def _judge(report: Report, case: _Case, result: RunResult | None, seed: int) -> 
     report.files.append({"exercise": case.exercise.number, "dir": case.exercise.dir, "where": _where(case),
                          "what": case.what, "seed": seed,
                          "outcome": outcome, "ok": len(report.problems) == before,
-                         "got": _describe(result) if result is not None else None})
+                         "got": _describe(result) if result is not None else None,
+                         "verdict": verdict(result) if result is not None else None})
 
 
 def _where(case: _Case) -> str:

@@ -34,6 +34,9 @@ class GradeRequest:
     formats: tuple[str, ...] = ()         # extra views written beside each result document
     status_only: bool = False             # --status: say what is up to date, stale, missing, failed; grade nothing
     roster: Path | None = None            # --roster FILE.csv: the enrolled students (src/lumen_ex/classroom/roster.py)
+    # Grade an exercise only for the submissions that hold its file (dev check: each corpus file is a
+    # submission of one exercise); a class is graded on every exercise, a missing file a failing row.
+    only_submitted: bool = False
 
 
 @dataclass

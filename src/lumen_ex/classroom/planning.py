@@ -94,6 +94,8 @@ class Planner:
             prepared = prepare_safely(sub, req.exercises, self.catalog, self.scratch)
             wanted = 0
             for ex in req.exercises:
+                if req.only_submitted and ex.slug in prepared.missing:
+                    continue
                 fp = self._fingerprint(sub, ex, prepared, versions)
                 state = (grade_store.State("stale", "--force") if req.force else
                          grade_store.state_of(self.out, sub.student, ex.dir, fp))

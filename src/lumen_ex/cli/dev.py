@@ -36,7 +36,12 @@ def new(directory: Path, slug: str, title: str, number: int, name: str | None) -
 
 @dev.command("check")
 @click.argument("packs", nargs=-1, type=click.Path(file_okay=False, exists=True, path_type=Path))
-@click.option("--seeds", default="1,2,3", show_default=True, help="Seeds the reference must pass under.")
+@click.option("--seeds", default="1,2,3", show_default=True,
+              help="Seeds every file is graded under: the reference and correct files must pass, buggy files fail "
+                   "as declared, each with one verdict at every seed.")
+@click.option("--close-seeds", default="4,5", show_default=True,
+              help="More seeds for the files nearest the tolerance (the reference, correct files, buggy files "
+                   "that fail by a small value difference); '' for none.")
 @click.option("--sandbox", type=click.Choice(SANDBOXES), default="auto", show_default=True)
 @click.option("--jobs", "-j", type=int, default=2, show_default=True, help="Gradings at once.")
 @click.option("--no-grade", is_flag=True, help="Only validate the manifests, files and headers.")
@@ -44,16 +49,13 @@ def new(directory: Path, slug: str, title: str, number: int, name: str | None) -
 @click.option("--format", "fmt", type=click.Choice(("rich", "json")), default="rich", show_default=True)
 @exercises_option
 @click.pass_context
-def check(ctx, packs: tuple[Path, ...], seeds: str, sandbox: str, jobs: int, no_grade: bool, only: tuple[str, ...],
+def check(ctx, packs: tuple[Path, ...], seeds: str, close_seeds: str, sandbox: str, jobs: int, no_grade: bool, only: tuple[str, ...],
           fmt: str) -> None:
     """Validate exercise packs (default: the built-in one): manifests, stub, reference, mistakes, corpus."""
     from lumen_ex.authoring.devcheck import dev_check, render_json
     from lumen_ex.core.errors import UsageError
 
-    try:
-        seed_list = tuple(int(s) for s in seeds.split(",") if s.strip())
-    except ValueError:
-        raise UsageError(f"--seeds {seeds!r} is not a list of integers", "For example --seeds 1,2,3") from None
+    seed_list, close_list = _seeds("--seeds", seeds), _seeds("--close-seeds", close_seeds)
     if not seed_list:
         raise UsageError("--seeds names no seed", "For example --seeds 1,2,3")
     progress = None
@@ -62,13 +64,22 @@ def check(ctx, packs: tuple[Path, ...], seeds: str, sandbox: str, jobs: int, no_
         from lumen_ex.cli.render import console
 
         progress = GradeProgress(console())
-    report = dev_check(list(packs) or None, seeds=seed_list, sandbox=sandbox, jobs=jobs, grade=not no_grade,
+    report = dev_check(list(packs) or None, seeds=seed_list, close_seeds=close_list, sandbox=sandbox, jobs=jobs, grade=not no_grade,
                        progress=progress, only=only)
     if fmt == "json":
         click.echo(render_json(report))
     else:
         render_report(report)
     ctx.exit(0 if report.ok else 1)
+
+
+def _seeds(option: str, text: str) -> tuple[int, ...]:
+    from lumen_ex.core.errors import UsageError
+
+    try:
+        return tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise UsageError(f"{option} {text!r} is not a list of integers", f"For example {option} 1,2,3") from None
 
 
 def render_report(report) -> None:
@@ -85,4 +96,5 @@ def render_report(report) -> None:
         con.print(Text(one_line(f"✗ {p.where}: {p.what}"), style="red"), soft_wrap=True)
     verdict = "ok" if report.ok else f"{len(report.problems)} problem(s)"
     con.print(Text(f"dev check: {verdict} · {len(report.exercises)} exercise(s), {report.graded} gradings, "
-                   f"seeds {', '.join(map(str, report.seeds))}", style="green" if report.ok else "red"))
+                   f"seeds {', '.join(map(str, report.seeds))}"
+                   + (f" (+ {', '.join(map(str, report.close_seeds))} near the tolerance)" if report.close_seeds else ""), style="green" if report.ok else "red"))

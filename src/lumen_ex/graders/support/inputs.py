@@ -34,11 +34,26 @@ def random_mask(gen: torch.Generator, *shape: int, p: float = 0.6) -> torch.Tens
     L_q, L_k = shape[-2], shape[-1]
     flat = mask.reshape(-1, L_q, L_k)
     hide_at = 1 + (L_k - 1) // 2           # never 0 mod L_k (L_k >= 2): the two forced keys differ
+    hidden = lambda n, i: (i + n + hide_at) % L_k   # noqa: E731  the key forced hidden in row i of n
     for n in range(flat.shape[0]):
         for i in range(L_q):
             flat[n, i, (i + n) % L_k] = True
-            flat[n, i, (i + n + hide_at) % L_k] = False
-    return flat.reshape(shape)
+            flat[n, i, hidden(n, i)] = False
+        # A column with no allowed query (when L_q < L_k the forced keys do not reach every key):
+        # allow it in the first row whose forced hidden key is another one.
+        for j in range(L_k):
+            if not bool(flat[n, :, j].any()):
+                i = next(i for i in range(L_q) if hidden(n, i) != j) if L_q > 1 or hidden(n, 0) != j else None
+                if i is not None:
+                    flat[n, i, j] = True
+    if len(shape) >= 3:      # a (query, key) hidden from every head of one batch item: allow it in one
+        heads = mask.reshape(-1, shape[-3], L_q, L_k)                      # (B, H, L_q, L_k)
+        for b in range(heads.shape[0]):
+            for i, j in (~heads[b].any(dim=0)).nonzero().tolist():
+                h = next((h for h in range(shape[-3]) if hidden(b * shape[-3] + h, i) != j), None)
+                if h is not None:
+                    heads[b, h, i, j] = True
+    return mask
 
 
 # The dtype tests clamp their unit-variance inputs to +-2: float16 and bfloat16 rounding then stays
