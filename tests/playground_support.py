@@ -123,18 +123,33 @@ def serve(workspace: Path, *args: str, env: dict | None = None) -> Served:
     raise AssertionError("lumen-ex serve did not print its URL:\n" + "\n".join(printed))
 
 
-def processes_naming(text: str) -> list[str]:
-    """The command lines of running processes that mention ``text`` (a workspace's path: every
-    worker the server starts names it), to show that stopping the server left none behind."""
-    found = []
+def _processes() -> dict[int, tuple[int, str]]:
+    """Every process but this one: pid -> (parent pid, command line)."""
+    found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
+            with open(f"/proc/{entry}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
             with open(f"/proc/{entry}/cmdline", "rb") as f:
                 cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
+        except (OSError, IndexError, ValueError):
             continue
-        if text in cmdline:
-            found.append(f"{entry}: {cmdline[:200]}")
+        found[int(entry)] = (parent, cmdline)
+    return found
+
+
+def processes_naming(text: str) -> list[str]:
+    """The command lines of running processes that mention ``text`` (a workspace's path: every
+    worker the server starts names it), to show that stopping the server left none behind."""
+    return [f"{pid}: {cmdline[:200]}" for pid, (_, cmdline) in _processes().items() if text in cmdline]
+
+
+def workers_of(pid: int) -> list[str]:
+    """The sandboxed workers (worker.py processes) among the descendants of ``pid``."""
+    procs, found, frontier = _processes(), [], {pid}
+    while frontier:
+        frontier = {child for child, (parent, _) in procs.items() if parent in frontier}
+        found += [f"{c}: {procs[c][1][:120]}" for c in frontier if "worker.py" in procs[c][1]]
     return found

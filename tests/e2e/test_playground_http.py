@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 from conftest import REFERENCES, make_workspace
-from playground_support import serve
+from playground_support import serve, workers_of
 
 STUB_PATH = "01-attention/attention.py"
 
@@ -340,29 +340,6 @@ def test_no_get_starts_a_worker(tmp_path):
         assert most <= 2, f"{most} workers at once"    # the session closing and the one opened last
     finally:
         assert server.stop() == 0
-
-
-def workers_of(pid: int) -> list[str]:
-    """The sandboxed workers (worker.py processes) among the descendants of ``pid``."""
-    import os
-
-    parents, cmdlines = {}, {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdlines[int(entry)] = f.read().replace(bytes(1), b" ").decode(errors="replace")
-        except OSError:
-            continue
-        parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = [], {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier}
-        found += [f"{c}: {cmdlines[c][:120]}" for c in frontier if "worker.py" in cmdlines.get(c, "")]
-    return found
 
 
 # -- where it listens ------------------------------------------------------------------------------------

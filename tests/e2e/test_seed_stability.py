@@ -11,8 +11,9 @@ identical across the seeds:
   ``corpus_report``; one warm batch per seed, as ``lumen-ex grade`` grades a class). Every file is
   graded under the 3 seeds of CORPUS_SEEDS, and the files nearest the tolerance (the reference,
   every correct file, every buggy file that fails by a small value difference) under the 2 of
-  CLOSE_SEEDS as well. The test below compares the verdicts itself, independently of dev check's
-  own stability problem;
+  CLOSE_SEEDS as well. The test below compares each file's per-seed verdicts from the report's
+  entries (with dev check's ``verdict_differences``), and also requires dev check to list no
+  seed-dependence problem;
 - the hostile attacks in tests/corpus/hostile, under bubblewrap with a fresh worker for every
   grading, as ``lumen-ex check`` would (they attack the worker, so no worker is reused for them),
   in a few warm grading processes ("shards", :func:`shard_main`), each of which imports torch,

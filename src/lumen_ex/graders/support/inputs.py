@@ -43,7 +43,7 @@ def random_mask(gen: torch.Generator, *shape: int, p: float = 0.6) -> torch.Tens
         # allow it in the first row whose forced hidden key is another one.
         for j in range(L_k):
             if not bool(flat[n, :, j].any()):
-                i = next(i for i in range(L_q) if hidden(n, i) != j) if L_q > 1 or hidden(n, 0) != j else None
+                i = next((i for i in range(L_q) if hidden(n, i) != j), None)
                 if i is not None:
                     flat[n, i, j] = True
     if len(shape) >= 3:      # a (query, key) hidden from every head of one batch item: allow it in one
