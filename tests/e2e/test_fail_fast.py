@@ -38,7 +38,10 @@ def test_a_hang_costs_one_call_and_the_other_function_still_scores(tmp_path):
     assert len(hung) == 1, [t.message for t in result.tests]
     assert "scaled_dot_product_attention did not return" in hung[0].message
     assert len(marked) >= 10
-    assert all(t.duration < EXERCISE.times.call_seconds / 2 for t in marked)
+    # only the hung call waited out the limit; the marked tests were never called (the first of them
+    # pays for the fresh worker, which is load-dependent, so no tighter bound is asserted)
+    waited = [t.id for t in result.tests if t.duration >= EXERCISE.times.call_seconds]
+    assert waited == [hung[0].id], waited
     mask_tests = [t for t in result.tests if "::test_causal_mask" in t.id]
     assert mask_tests and all(t.status is Status.PASS for t in mask_tests)
     assert result.score > 0

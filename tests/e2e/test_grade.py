@@ -334,7 +334,10 @@ def test_ctrl_c_leaves_nothing_behind_and_a_rerun_resumes(tmp_path):
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and proc.poll() is None:   # until sandboxed workers are running
         snapshot = _descendants(proc.pid)
-        if sum(cmd.startswith(b"bwrap") for cmd, _ in snapshot.values()) >= 2:
+        workers = [cmd for cmd, _ in snapshot.values()     # not the sandbox probe (`bwrap ... -- true`)
+                   if cmd.startswith(b"bwrap") and not cmd.endswith(b"\x00--\x00true\x00")]
+        graders = [cmd for cmd, _ in snapshot.values() if b"lumen_ex.classroom.grading_main" in cmd]
+        if len(workers) >= 2 and graders:
             break
         time.sleep(0.1)
     assert proc.poll() is None and any(b"lumen_ex.classroom.grading_main" in c for c, _ in snapshot.values()), snapshot

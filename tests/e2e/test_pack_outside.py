@@ -20,6 +20,20 @@ from docker_support import requires_docker
 from lumen_ex.authoring.scaffold import new_pack
 
 WRONG = "def softmax(x):\n    return x * 0 + 1\n"
+# The pack forbids torch.nn.functional.softmax (its exercise.toml's data, src/lumen_ex/core/forbidden.py):
+# named outright, the scan refuses it; through a string the standard library evaluates, the worker does.
+NAMED = "def softmax(x):\n    return x.softmax(-1)\n"
+BY_STRING = ('''import typing
+
+
+def softmax(x):
+    ref = typing.get_args(typing.List["__import__('torch').softmax"])[0]
+    return ref._evaluate({}, {}, frozenset())(x, -1)
+''')
+
+
+def says_forbidden(stdout: str) -> bool:
+    return any("implement it yourself; calling F.softmax" in t["message"] for t in json.loads(stdout)["tests"])
 
 
 def run(args: list[str], env: dict | None = None, cwd: Path = Path("/"), timeout: float = 900):
@@ -120,7 +134,11 @@ def test_listed_checked_and_graded_through_the_path(pack, tmp_path):
     assert passing.returncode == 0, passing.stdout[-2000:] + passing.stderr
     doc = json.loads(passing.stdout)
     assert doc["score"] == doc["max_score"] == 5 and "course@0.1.0" in doc["versions"]["catalog"]
+    stub.write_text(NAMED)
+    named = run(["check", "101", "--workspace", str(tmp_path / "ws"), "--format", "json"], env)
+    assert named.returncode == 1 and says_forbidden(named.stdout), named.stdout[-2000:]
     # --exercises instead of the variable
+    stub.write_text((folder / "reference.py").read_text())
     assert run(["check", "softmax", "--workspace", str(tmp_path / "ws"), "--exercises", str(root)]).returncode == 0
     assert run(["check", "101", "--workspace", str(tmp_path / "ws")]).returncode == 2     # unknown without it
 
@@ -203,5 +221,8 @@ def test_the_grader_image_grades_an_instructors_pack(pack, tmp_path, monkeypatch
         (ws / "101-softmax" / "softmax.py").write_text(WRONG)
         wrong = run(["check", "101", "--workspace", str(ws), "--sandbox", "docker", "--format", "json"], env)
         assert wrong.returncode == 1 and json.loads(wrong.stdout)["status"] == "fail", wrong.stdout[-2000:]
+        (ws / "101-softmax" / "softmax.py").write_text(BY_STRING)      # the worker's layer, in the image
+        routed = run(["check", "101", "--workspace", str(ws), "--sandbox", "docker", "--format", "json"], env)
+        assert routed.returncode == 1 and says_forbidden(routed.stdout), routed.stdout[-2000:]
     finally:
         subprocess.run(["docker", "rmi", ref], capture_output=True, timeout=120)

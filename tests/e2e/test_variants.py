@@ -24,7 +24,7 @@ import pytest
 import torch
 from conftest import BUILTIN, CORPORA, REFERENCES, ROOT, grade_source
 
-from lumen_ex.core import exercise_modules
+from lumen_ex.core import catalog, exercise_modules
 from lumen_ex.core.results import Status
 from lumen_ex.graders.support import expect
 
@@ -252,8 +252,7 @@ def test_a_forbidden_call_is_named_by_its_short_name(grade):
 # -------------------------------------------------------------------------------------------------
 # Forbidden APIs found in the source, by the harness (the worker's record can be erased)
 
-FORBIDDEN = ["torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention",
-             "torch.nn.functional.multi_head_attention_forward"]
+FORBIDDEN = catalog.load().find(1).forbidden   # exercise 1's data, pack.toml's tables included
 
 
 @pytest.mark.parametrize("source,expected", [

@@ -22,13 +22,13 @@ import pytest
 from conftest import CORPORA, requires_bwrap, workspace_with
 from docker_support import docker_param
 
+from lumen_ex.core import catalog
 from lumen_ex.core.results import RunResult, Status
 from lumen_ex.harness import source_scan
 from lumen_ex.harness.check import run_check
 from lumen_ex.harness.source_scan import SourceScan, scan_file
 
-FORBIDDEN = ["torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention",
-             "torch.nn.functional.multi_head_attention_forward"]
+FORBIDDEN = catalog.load().find(1).forbidden   # exercise 1's data, pack.toml's tables included
 SDPA = "torch.nn.functional.scaled_dot_product_attention"
 BACKENDS = [docker_param("docker"), pytest.param("bwrap", marks=requires_bwrap, id="bwrap")]
 
@@ -303,7 +303,7 @@ def first_failure(result: RunResult):
     return next(t for t in result.tests if t.status is not Status.PASS and t.status is not Status.SKIPPED)
 
 
-def assert_fails_clearly(result: RunResult, name: str, backend: str, *, says: str, kind: str | tuple) -> None:
+def assert_fails_clearly(result: RunResult, name: str, backend: str, *, says: str | tuple, kind: str | tuple) -> None:
     """FAIL (not pass, not error), below full marks, nothing blamed on the grader, a clear message."""
     LEDGER.append((name, backend, result.status.value))
     assert result.status is Status.FAIL, (name, backend, result.status, [(t.id, t.status, t.message) for t in result.tests])
@@ -312,13 +312,16 @@ def assert_fails_clearly(result: RunResult, name: str, backend: str, *, says: st
         [(t.id, t.status.value, t.message) for t in result.tests if t.status in (Status.ERROR, Status.TIMEOUT)]
     first = first_failure(result)
     assert first.diagnosis.kind in ((kind,) if isinstance(kind, str) else kind), (first.diagnosis.kind, first.message)
-    assert says in first.message, first.message
+    assert any(text in first.message for text in ((says,) if isinstance(says, str) else says)), first.message
 
 
+# The scan refuses these ("cannot be verified"); the worker's own layer refuses the call first when
+# the test runs it ("implement it yourself": src/lumen_ex/sandbox/inside/forbid.py).
+SCAN_OR_WORKER = ("cannot be verified", "implement it yourself; calling F.scaled_dot_product_attention")
 EXPECTED = {
-    "getattr_erased_record": ("cannot be verified", "forbidden"),
-    "dunder_import": ("cannot be verified", "forbidden"),
-    "importlib": ("cannot be verified", "forbidden"),
+    "getattr_erased_record": (SCAN_OR_WORKER, "forbidden"),
+    "dunder_import": (SCAN_OR_WORKER, "forbidden"),
+    "importlib": (SCAN_OR_WORKER, "forbidden"),
     # refused by the scan, or before it by the size check on the submitted file (kind "file")
     "wide_tuple": ("too large to check", ("forbidden", "file")),
     "over_one_mib": ("too large to check", ("forbidden", "file")),

@@ -75,7 +75,7 @@ slug = "@SLUG@"
 title = "@TITLE@"
 file = "@MODULE@.py"
 functions = ["@FUNCTION@"]
-forbidden = ["torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"]
+forbidden = ["torch.nn.functional.softmax"]
 hints = [
     "Subtract each row's maximum before exp(): x - x.amax(dim=-1, keepdim=True). The result is the same, and exp() no longer overflows.",
     "Normalise over the last axis: divide by the sum over dim=-1 (keepdim=True), so that each row sums to 1.",
@@ -93,6 +93,15 @@ cpu_seconds = 60
 contract = 1
 values = 3
 properties = 1
+
+# What the forbidden API is built on (docs/authoring.md): the grader refuses each of these names in
+# the learner's source, and makes each unusable in the sandbox before the learner's code runs.
+[forbidden_api."torch.nn.functional.softmax"]
+aliases = ["torch.softmax", "torch.special.softmax", "torch.Tensor.softmax"]
+built_on = ["torch.nn.Softmax", "torch.nn.functional.log_softmax", "torch.log_softmax", "torch.Tensor.log_softmax",
+            "torch.nn.LogSoftmax", "torch.nn.functional.softmin", "torch.nn.Softmin"]
+kernels = ["aten::softmax", "aten::_softmax", "aten::special_softmax", "aten::log_softmax", "aten::_log_softmax"]
+hint = "Subtract each row's maximum, exponentiate, and divide by the row's sum."
 '''
 
 README = '''# Exercise @NUMBER@: @TITLE@

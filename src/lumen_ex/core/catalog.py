@@ -12,7 +12,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lumen_ex.core import forbidden as forbidden_apis
 from lumen_ex.core.errors import CatalogError, UnknownExercise
+from lumen_ex.core.forbidden import ForbiddenAPI
 from lumen_ex.core.limits import Limits
 from lumen_ex.core.packs import BUILTIN_NAME, EXERCISE_FILE, Pack, builtin_root, discover, read_pack, read_toml
 
@@ -39,7 +41,7 @@ class Exercise:
     points: dict[str, float]        # scoring group -> points, shared by the group's tests
     times: TimeLimits
     limits: Limits
-    forbidden: tuple[str, ...] = ()
+    forbidden: tuple[ForbiddenAPI, ...] = ()   # what the learner must write themselves (core/forbidden.py)
     hints: tuple[str, ...] = ()
     # scoring group -> Gradescope test visibility (VISIBILITIES); groups not listed are "visible"
     visibility: dict[str, str] = field(default_factory=dict)
@@ -162,7 +164,8 @@ def _exercise(entry: dict, folder: str, pack: Pack) -> Exercise:
         points={str(k): float(v) for k, v in entry["points"].items()},
         times=TimeLimits(**{k: float(v) for k, v in times.items() if k in TimeLimits.__dataclass_fields__}),
         limits=Limits(**{k: int(v) for k, v in times.items() if k in Limits.__dataclass_fields__}),
-        forbidden=tuple(entry.get("forbidden", ())),
+        forbidden=forbidden_apis.read(entry.get("forbidden", ()), entry.get("forbidden_api", {}),
+                                      pack.forbidden_apis),
         hints=tuple(entry.get("hints", ())),
         visibility={str(k): str(v) for k, v in entry.get("visibility", {}).items()},
         root=pack.root / folder,
@@ -204,9 +207,8 @@ def validate(catalog: Catalog) -> list[str]:
             if group not in ex.points or seen not in VISIBILITIES:
                 problems.append(f"{where}: visibility of {group!r} must name a scoring group and be one of "
                                 f"{', '.join(VISIBILITIES)}")
-        for name in ex.forbidden:
-            if not re.match(r"^[A-Za-z_][\w.]*$", name) or "." not in name:
-                problems.append(f"{where}: forbidden API {name!r} must be a dotted name like torch.nn.X")
+        for api in ex.forbidden:
+            problems += [f"{where}: {p}" for p in forbidden_apis.problems(api)]
         problems += [f"{where}: {p}" for p in unlisted_files(ex)]
     return problems
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -45,6 +45,8 @@ class Pack:
     version: str
     folders: tuple[str, ...]
     builtin: bool = False
+    # dotted API -> its [forbidden_api."..."] table: what it is built on (src/lumen_ex/core/forbidden.py)
+    forbidden_apis: dict = field(default_factory=dict, compare=False)
 
     @property
     def label(self) -> str:
@@ -104,7 +106,10 @@ def read_pack(root: Path, *, builtin: bool = False) -> Pack:
         raise CatalogError(f"{root / PACK_FILE}: needs a name ({PACK_NAME.pattern}), a version (a string) "
                            "and exercises (folder names)",
                            "See docs/authoring.md")
-    return Pack(root.resolve(), name, str(data.get("title", name)), version, tuple(folders), builtin)
+    apis = data.get("forbidden_api", {})
+    if not isinstance(apis, dict):
+        raise CatalogError(f"{root / PACK_FILE}: forbidden_api must be a table of tables", "See docs/authoring.md")
+    return Pack(root.resolve(), name, str(data.get("title", name)), version, tuple(folders), builtin, apis)
 
 
 def discover(environ=None) -> list[Pack]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from lumen_ex.core.forbidden import as_apis
 from lumen_ex.harness.memory import MemoryProbe, MemoryUse, baseline
 from lumen_ex.sandbox.base import Launched, Launcher, WorkerSpec
 from lumen_ex.sandbox.inside import wire
@@ -267,13 +268,14 @@ class WorkerPool:
 
     def __init__(self, launcher: Launcher, spec: WorkerSpec, *, module: str, functions: list[str],
                  first: Launched | None = None,
-                 forbidden: list[str] = (), startup_timeout: float = 60.0, call_timeout: float = 10.0,
+                 forbidden=(), startup_timeout: float = 60.0, call_timeout: float = 10.0,
                  run_deadline: float | None = None, source: bytes | None = None):
         self.launcher, self.spec = launcher, spec
         # The learner's file as read once when the check began (src/lumen_ex/core/snapshot.py): every worker
         # imports these bytes, never the file on disk, which may have been saved again since.
         self.source = source
-        self.module, self.functions, self.forbidden = module, list(functions), list(forbidden)
+        # ForbiddenAPI data (src/lumen_ex/core/forbidden.py): the scan reads it, the worker disables it
+        self.module, self.functions, self.forbidden = module, list(functions), list(as_apis(forbidden))
         self.startup_timeout, self.call_timeout = startup_timeout, call_timeout
         self.run_deadline = run_deadline
         self.worker: Worker | None = None
@@ -332,7 +334,7 @@ class WorkerPool:
             worker.wait_hello(hello_deadline)
             if not self.loaded:
                 load = {"op": "load", "module": self.module, "path": worker.launched.module_path,
-                        "functions": self.functions, "forbidden": self.forbidden}
+                        "functions": self.functions, "forbidden": [api.to_wire() for api in self.forbidden]}
                 sent = []
                 if self.source is not None:
                     load["source"] = "tensor"           # the bytes travel as the frame's one tensor

@@ -17,7 +17,7 @@ import torch
 from lumen_ex.core.results import CheckFailed, Diagnosis
 from lumen_ex.harness.client import LearnerError, WorkerPool
 from lumen_ex.harness.memory import MemoryUse
-from lumen_ex.harness.source_scan import scan_file
+from lumen_ex.harness.source_scan import scan_file, shadowing_files
 from lumen_ex.sandbox.inside import wire
 
 
@@ -180,7 +180,10 @@ class LearnerModule:
         file over its bounds); empty when it can. Called after _forbidden_in_source."""
         if getattr(self, "_scan", None) is None:
             return []
-        return [f.why for f in self._scan.unverifiable(fn)]
+        if not hasattr(self, "_shadows"):
+            module_dir = getattr(getattr(self._pool, "spec", None), "module_dir", None)
+            self._shadows = shadowing_files(Path(module_dir), self.module_file) if module_dir is not None else []
+        return self._shadows + [f.why for f in self._scan.unverifiable(fn)]
 
     def _require(self, fn: str) -> None:
         sig = self.signature(fn)
@@ -203,25 +206,36 @@ class LearnerModule:
             result, claimed = self._checked(reply, n_args=n_args, n_grads=n_grads, echo_args=echo_args,
                                             count_ops=count_ops, devices=devices)
         except LearnerError:
+            # The worker refuses a forbidden API (src/lumen_ex/sandbox/inside/forbid.py): the call
+            # raised. Say why, when the scan or the worker's hint names it, before the error.
+            self._refuse_forbidden(fn, _claimed_or_none(reply.header) or [])
             raise
         except Exception as exc:  # noqa: BLE001  whatever a crafted reply made fail
             raise self._pool.protocol_failure(exc, reply.output) from None
-        forbidden = claimed + [n for n in self._forbidden_in_source(fn) if n not in claimed]
-        if forbidden:
-            names = [short_api_name(n) for n in forbidden]
-            listed = " and ".join(names) if len(names) <= 2 else ", ".join(names[:-1]) + " and " + names[-1]
-            raise CheckFailed(Diagnosis(
-                "forbidden", f"implement it yourself; calling {listed} is not allowed in this exercise",
-                got=names, details={"function": fn}, misconception="forbidden-api",
-                hint="Write it with matrix products (@ or torch.matmul) and torch.softmax, as the README shows."))
+        self._refuse_forbidden(fn, claimed)
         unverified = self._unverifiable_in_source(fn)
         if unverified:
             raise CheckFailed(Diagnosis(
                 "forbidden", f"cannot be verified: your {self.module_file} {unverified[0]}"[:400],
                 got=unverified[:5], details={"function": fn}, misconception="unverifiable-source",
-                hint="The grader proves from your source that no library attention is used, so it accepts only "
-                     "code it can follow: write attributes and imports out (import torch, F.softmax), in one file."))
+                hint="The grader proves from your source that no forbidden library function is used, so it "
+                     "accepts only code it can follow: write attributes and imports out (import torch, "
+                     "torch.matmul), public names only, in one file."))
         return result
+
+    def _refuse_forbidden(self, fn: str, claimed: list[str]) -> None:
+        """A forbidden diagnosis when the scan (the proof) or the worker (a hint) names a forbidden API."""
+        forbidden = claimed + [n for n in self._forbidden_in_source(fn) if n not in claimed]
+        if not forbidden:
+            return
+        names = [short_api_name(n) for n in forbidden]
+        listed = " and ".join(names) if len(names) <= 2 else ", ".join(names[:-1]) + " and " + names[-1]
+        hints = {api.name: api.hint for api in getattr(self._pool, "forbidden", ()) if getattr(api, "hint", "")}
+        hint = next((hints[n] for n in forbidden if n in hints),
+                    "Write it yourself from the operations the exercise's README shows.")
+        raise CheckFailed(Diagnosis(
+            "forbidden", f"implement it yourself; calling {listed} is not allowed in this exercise",
+            got=names, details={"function": fn}, misconception="forbidden-api", hint=hint))
 
     @staticmethod
     def _checked(reply, *, n_args: int, n_grads: int | None, echo_args: bool, count_ops: bool,
@@ -240,10 +254,17 @@ class LearnerModule:
             result.args_after = wire.unpack(h.get("args_after"), tensors, devices=devices)
             _require(isinstance(result.args_after, tuple) and len(result.args_after) == n_args,
                      "the arguments were not echoed back one for one")
-        claimed = h.get("forbidden", [])
-        _require(isinstance(claimed, list) and len(claimed) <= wire.MAX_TENSORS
-                 and all(type(n) is str for n in claimed), "the list of forbidden calls is malformed")
-        return result, [wire.clean_text(n, 100) for n in claimed]
+        claimed = _claimed_or_none(h)
+        _require(claimed is not None, "the list of forbidden calls is malformed")
+        return result, claimed
+
+
+def _claimed_or_none(header: dict) -> list[str] | None:
+    """The forbidden APIs the worker says the call tried (a hint), or None when the list is malformed."""
+    claimed = header.get("forbidden", [])
+    if not (isinstance(claimed, list) and len(claimed) <= wire.MAX_TENSORS and all(type(n) is str for n in claimed)):
+        return None
+    return [wire.clean_text(n, 100) for n in claimed]
 
 
 def _decode_grads(result: CallResult, grads, tensors, n_grads: int | None, devices) -> None:

@@ -14,14 +14,15 @@ from lumen_ex.harness.scan_rules import (
     ALLOWED_MODULES,
     DENIED_ATTRIBUTES,
     DUNDERS_ALLOWED,
-    IMPORTLIB_ALLOWED,
+    MODULE_ATTRIBUTES,
+    NAME_RESOLVERS,
     NAME_TAKING,
     REFLECTIVE_BUILTINS,
-    SYS_ALLOWED,
     Finding,
     is_dunder,
     is_getattr,
     is_module,
+    is_private,
     literal,
     why_denied,
 )
@@ -56,16 +57,19 @@ class NodeChecks:
         if is_dunder(attr) and attr not in DUNDERS_ALLOWED:
             return [Finding("", f"line {line} reads .{attr}, which reaches objects by names the grader "
                                 "cannot follow", line)]
+        if is_private(attr):
+            return [Finding("", f"line {line} reads .{attr}: private names (a leading underscore) are refused on "
+                                "every object, since they reach internals the grader cannot check; name your "
+                                "own attributes without one", line)]
+        path = self._strict_path(base)                   # on a module itself: its allow-list
+        if path in MODULE_ATTRIBUTES and attr not in MODULE_ATTRIBUTES[path]:
+            return [Finding("", f"line {line} uses {path}.{attr}, which the grader cannot check "
+                                f"(allowed from {path}: {', '.join(sorted(MODULE_ATTRIBUTES[path]))})", line)]
         module = self._module_of(base)
         if module is None:
             return []
         top = module.split(".")[0]
-        if top == "sys" and attr not in SYS_ALLOWED:
-            return [Finding("", f"line {line} uses sys.{attr} (sys.modules reaches any module by a name "
-                                "built at run time)", line)]
-        if top == "importlib" and attr not in IMPORTLIB_ALLOWED:
-            return [Finding("", f"line {line} uses importlib.{attr}", line)]
-        if attr in DENIED_ATTRIBUTES.get(top, ()) or (top == "torch" and attr.startswith("_")):
+        if attr in DENIED_ATTRIBUTES.get(top, ()):
             return [Finding("", f"line {line} uses {top}'s {attr} ({why_denied(attr)})", line)]
         return []
 
@@ -75,9 +79,12 @@ class NodeChecks:
         if id(node) in self.bases or not isinstance(node.ctx, ast.Load):
             return []
         path = self._strict_path(node)
+        line = getattr(node, "lineno", 0)
+        if path in NAME_RESOLVERS:
+            return [Finding("", f"line {line} passes {path} around as a value; call it where you name it, "
+                                "with the module's name written out", line)]
         if path is None or not is_module(path):
             return []
-        line = getattr(node, "lineno", 0)
         return [Finding("", f"line {line} passes the module {path} around as a value; use it directly "
                             "(F.softmax(...), not helper(F))", line)]
 
@@ -121,14 +128,15 @@ class NodeChecks:
             return Finding("", f"line {line} imports {dotted}, which the grader cannot check "
                                f"(allowed: {', '.join(sorted(m for m in ALLOWED_MODULES if m != '__future__'))})",
                            line)
-        denied = DENIED_ATTRIBUTES.get(parts[0], set())
         for part in parts[1:]:
-            if part in denied or (parts[0] == "torch" and part.startswith("_")):
+            if is_private(part) or (is_dunder(part) and part not in DUNDERS_ALLOWED):
+                return Finding("", f"line {line} imports {dotted} (private internals)", line)
+            if part in DENIED_ATTRIBUTES.get(parts[0], ()):
                 return Finding("", f"line {line} imports {dotted} ({why_denied(part)})", line)
-            if parts[0] == "sys" and part not in SYS_ALLOWED:
-                return Finding("", f"line {line} imports sys.{part}", line)
-            if parts[0] == "importlib" and part not in IMPORTLIB_ALLOWED:
-                return Finding("", f"line {line} imports importlib.{part}", line)
+        allowed = MODULE_ATTRIBUTES.get(parts[0])
+        if allowed is not None and len(parts) > 1 and parts[1] not in allowed:
+            return Finding("", f"line {line} imports {dotted}, which the grader cannot check "
+                               f"(allowed from {parts[0]}: {', '.join(sorted(allowed))})", line)
         return None
 
     def _call(self, node: ast.Call) -> list[Finding]:

@@ -1,6 +1,11 @@
-"""What the source scan (src/lumen_ex/harness/source_scan.py) allows and forbids: which library
-APIs are built on a forbidden one, which modules and attributes a solution may use, which built-ins
-it refuses; the :class:`Finding` it reports, and the small tests on syntax nodes it shares."""
+"""What the source scan (src/lumen_ex/harness/source_scan.py) allows: the modules a solution may
+import and, for each, the attributes it may use (an allow-list for the standard library, where a few
+names turn strings into code; a deny-list of loaders for torch and numpy, too large to list); the
+built-ins it refuses; the :class:`Finding` it reports, and the small tests on syntax nodes it shares.
+
+What an exercise forbids (and what each forbidden API is built on) is exercise data, not a table
+here: src/lumen_ex/core/forbidden.py.
+"""
 
 from __future__ import annotations
 
@@ -8,39 +13,65 @@ import ast
 import sys
 from dataclasses import dataclass
 
-from lumen_ex.sandbox.inside.wire import SDPA_KERNELS
-
-# Library APIs built on a forbidden one: forbidding the key forbids them too.
-BUILT_ON = {
-    "scaled_dot_product_attention": (*SDPA_KERNELS, "flex_attention", "multi_head_attention_forward",
-                                     "MultiheadAttention", "_native_multi_head_attention"),
-    "multi_head_attention_forward": ("MultiheadAttention", "_native_multi_head_attention"),
-    "MultiheadAttention": (),
-}
-TRANSFORMER_CLASSES = ("Transformer", "TransformerEncoder", "TransformerDecoder", "TransformerEncoderLayer",
-                       "TransformerDecoderLayer", "_transformer_encoder_layer_fwd")
+from lumen_ex.core import forbidden as forbidden_data
 
 # Modules a solution may import. Others run code (or reach objects by name) the scan cannot see.
 ALLOWED_MODULES = {"torch", "math", "numpy", "typing", "__future__", "functools", "itertools",
                    "dataclasses", "collections", "numbers", "warnings", "abc", "enum", "copy", "random",
                    "time", "contextlib", "operator", "einops", "importlib", "sys"}
-# Attributes of an allowed module that turn a string into an object, or reach every module.
+# The standard-library modules above, each with the only attributes a solution may use: none of
+# them evaluates a string as code or looks an object up by a name built at run time (typing's
+# get_type_hints and ForwardRef do, functools.singledispatch evaluates annotations,
+# operator.attrgetter and methodcaller look names up, importlib reaches any module).
+MODULE_ATTRIBUTES = {
+    "typing": {"Any", "Callable", "ClassVar", "Dict", "Final", "FrozenSet", "Generic", "Iterable", "Iterator",
+               "List", "Literal", "Mapping", "MutableMapping", "MutableSequence", "NamedTuple", "NoReturn",
+               "Optional", "Protocol", "Sequence", "Set", "Tuple", "Type", "TypeVar", "Union", "TYPE_CHECKING",
+               "Hashable", "Sized", "Collection", "Generator", "Self", "cast", "overload", "final",
+               "Annotated", "TypeAlias"},
+    "functools": {"reduce", "partial", "lru_cache", "cache", "wraps", "cached_property", "total_ordering",
+                  "cmp_to_key", "partialmethod"},
+    "operator": {"add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "neg", "pos", "abs", "matmul",
+                 "eq", "ne", "lt", "le", "gt", "ge", "and_", "or_", "xor", "not_", "invert", "index",
+                 "itemgetter", "getitem", "iadd", "imul", "imatmul", "isub", "itruediv", "truth"},
+    "itertools": {"accumulate", "chain", "combinations", "combinations_with_replacement", "compress", "count",
+                  "cycle", "dropwhile", "filterfalse", "groupby", "islice", "pairwise", "permutations",
+                  "product", "repeat", "starmap", "takewhile", "tee", "zip_longest"},
+    "dataclasses": {"dataclass", "field", "fields", "asdict", "astuple", "replace", "is_dataclass",
+                    "InitVar", "KW_ONLY", "MISSING", "Field"},
+    "collections": {"namedtuple", "OrderedDict", "defaultdict", "deque", "Counter"},
+    "numbers": {"Number", "Complex", "Real", "Rational", "Integral"},
+    "warnings": {"warn", "catch_warnings", "simplefilter", "filterwarnings"},
+    "abc": {"ABC", "ABCMeta", "abstractmethod"},
+    "enum": {"Enum", "IntEnum", "Flag", "IntFlag", "StrEnum", "auto", "unique"},
+    "copy": {"copy", "deepcopy"},
+    "contextlib": {"contextmanager", "nullcontext", "suppress", "ExitStack", "closing"},
+    "random": {"random", "seed", "randint", "uniform", "gauss", "choice", "choices", "shuffle", "sample",
+               "Random", "randrange", "normalvariate"},
+    "time": {"time", "perf_counter", "monotonic", "process_time", "sleep", "time_ns", "perf_counter_ns"},
+    "sys": {"float_info", "maxsize", "version_info", "version", "platform", "stderr", "stdout", "byteorder"},
+    "importlib": {"import_module"},   # with a literal name only, called where it is named (scan_checks.py)
+    "__future__": {"annotations"},
+}
+# Attributes of torch and numpy (too large to list) that turn a string into an object, load code,
+# or reach every module. Every private name (a leading underscore) is refused on every object.
 DENIED_ATTRIBUTES = {
     "torch": {"jit", "load", "package", "hub", "library", "compile", "fx", "export", "overrides",
               "serialization", "cpp_extension", "model_zoo", "load_library", "classes", "utils"},
     "numpy": {"load", "ctypeslib", "lib", "f2py", "distutils", "testing", "fromfile"},
-    "typing": {"get_type_hints", "ForwardRef"},
-    "operator": {"attrgetter", "methodcaller"},
 }
-SYS_ALLOWED = {"float_info", "maxsize", "version_info", "version", "platform", "stderr", "stdout", "byteorder"}
-IMPORTLIB_ALLOWED = {"import_module"}
+# Functions that turn a name into a module: usable only called where they are named, with a literal.
+NAME_RESOLVERS = {"importlib.import_module"}
 # Built-ins that run strings as code or look names up at run time.
 REFLECTIVE_BUILTINS = {"eval", "exec", "compile", "globals", "locals", "vars", "open", "breakpoint",
-                       "__import__", "getattr", "setattr", "delattr", "__build_class__", "input"}
+                       "__import__", "getattr", "setattr", "delattr", "__build_class__", "input", "help"}
 NAME_TAKING = {"getattr": 1, "setattr": 1, "delattr": 1, "hasattr": 1}
+# The only dunder names a solution may read (docs/security.md); every other one is refused.
 DUNDERS_ALLOWED = {"__init__", "__name__", "__qualname__", "__doc__", "__version__", "__class__",
                    "__call__", "__len__", "__repr__", "__str__", "__file__", "__all__", "__future__",
                    "__annotations__"}
+# Module-level functions Python calls by itself, with a name it builds at run time.
+MODULE_HOOKS = {"__getattr__", "__dir__"}
 
 
 @dataclass(frozen=True)
@@ -53,20 +84,15 @@ class Finding:
     line: int = 0
 
 
-def forbidden_names(forbidden: list[str]) -> dict[str, str]:
-    """Every attribute name that reaches a forbidden API -> the dotted forbidden name it reaches."""
-    names: dict[str, str] = {}
-    for dotted in forbidden:
-        short = dotted.rpartition(".")[2]
-        names[short] = dotted
-    for dotted in forbidden:
-        short = dotted.rpartition(".")[2]
-        extra = BUILT_ON.get(short, ())
-        if short in BUILT_ON:
-            extra = (*extra, *TRANSFORMER_CLASSES)
-        for name in extra:
-            names.setdefault(name, dotted)
-    return names
+def forbidden_names(forbidden) -> dict[str, str]:
+    """Every attribute name that reaches a forbidden API -> the dotted forbidden API it reaches
+    (the exercise data of src/lumen_ex/core/forbidden.py; a plain dotted string names just itself)."""
+    return forbidden_data.attribute_names(forbidden_data.as_apis(forbidden))
+
+
+def is_private(name: str) -> bool:
+    """A private name (``_x``), not a dunder (``__x__``)."""
+    return name.startswith("_") and not is_dunder(name)
 
 
 def is_dunder(name: str) -> bool:

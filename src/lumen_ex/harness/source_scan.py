@@ -1,24 +1,27 @@
 """Which forbidden APIs a graded function can reach, proven from the learner's source by the harness.
 
-The worker records forbidden calls as they happen (src/lumen_ex/sandbox/inside/worker.py), but it shares its process
-with the learner's code, which can erase or forge that record (tests/corpus/hostile/
-forbidden_evasion.py): the record is a hint, never the proof. The proof is this scan. It runs in
-the trusted harness, parses the exact bytes the worker imports (never runs them), and looks at the
-code that can run: a graded function, the module-level functions, classes and names it uses
-(transitively), and everything the module runs when it is imported. In that code it finds:
+The worker refuses forbidden APIs too (src/lumen_ex/sandbox/inside/forbid.py), but it shares its
+process with the learner's code, which can undo or forge anything there: that layer adds a
+failure, never a pass. The proof is this scan. It runs in the trusted harness, parses the exact
+bytes the worker executes (never runs them), and looks at the code that can run: a graded
+function, the module-level functions, classes and names it uses (transitively), and everything the
+module runs when it is imported. What is forbidden, and every name that reaches it, is exercise
+data (src/lumen_ex/core/forbidden.py). In that code it finds:
 
 - forbidden APIs, however they are named: an attribute of a forbidden name on anything but the
   learner's own classes and functions (``F.scaled_dot_product_attention``,
   ``torch._C._nn.scaled_dot_product_attention``, ``__import__("torch").nn.functional....``,
   ``torch.ops.aten._scaled_dot_product_flash_attention``, ``nn.MultiheadAttention``, and the
-  library classes built on them such as ``nn.TransformerEncoderLayer``); a forbidden name imported
-  under any alias; a forbidden name given as a literal to getattr;
-- code it cannot follow, which it refuses rather than trusts ("cannot be verified"): a name looked
-  up at run time (getattr with a computed name, ``vars(F)[...]``, ``F.__dict__[...]``,
-  ``globals()``, ``sys.modules``), code built from strings (eval, exec, compile), imports of
-  modules other than the few an exercise needs (the learner's own extra files, importlib with a
-  computed name, pickle, ctypes, gc, inspect, os ...), torch's private internals (``torch._C``)
-  and its code loaders (torch.jit, torch.load, torch.library ...).
+  library classes the data says are built on them); a forbidden name imported under any alias; a
+  forbidden name given as a literal to getattr;
+- code it cannot follow, which it refuses rather than trusts ("cannot be verified"). It is an
+  allow-list (src/lumen_ex/harness/scan_rules.py): modules outside ALLOWED_MODULES, standard-library
+  attributes outside MODULE_ATTRIBUTES (those that evaluate strings: typing.get_type_hints,
+  operator.attrgetter ...), private names on any object, dunders beyond a short list, names looked
+  up at run time (getattr with a computed name, ``vars(F)[...]``, ``globals()``), code built from
+  strings (eval, exec, compile), torch's code loaders, a graded function not bound at the top of
+  the file, a module-level ``__getattr__``;
+- (shadowing_files) a file beside the learner's named like a module the worker could import.
 
 Code that never runs is not held against the learner: an ``if __name__ == "__main__":`` self-test
 that compares with the library, a module-level helper no graded function uses.
@@ -29,7 +32,7 @@ check"), never skipped.
 
 The scan is in three files: this one indexes the module and walks what each graded function
 reaches; src/lumen_ex/harness/scan_checks.py checks each node it meets; src/lumen_ex/harness/scan_rules.py
-holds the tables of what is allowed and forbidden.
+holds the tables of what is allowed.
 """
 
 from __future__ import annotations
@@ -40,7 +43,15 @@ from pathlib import Path
 
 from lumen_ex.core import bounded, snapshot
 from lumen_ex.harness.scan_checks import NodeChecks
-from lumen_ex.harness.scan_rules import Finding, forbidden_names, is_getattr, is_main_guard, literal, pure_alias
+from lumen_ex.harness.scan_rules import (
+    MODULE_HOOKS,
+    Finding,
+    forbidden_names,
+    is_getattr,
+    is_main_guard,
+    literal,
+    pure_alias,
+)
 
 MAX_SOURCE_BYTES = snapshot.MAX_BYTES   # the bound of the snapshot the scan reads (src/lumen_ex/core/snapshot.py)
 MAX_NODES = 100_000                # syntax-tree nodes: about 20 times the largest honest solution
@@ -69,8 +80,8 @@ class SourceScan(NodeChecks):
     """What each graded function of one learner module can reach, from its source (bytes or text).
     The checks on each node it reaches are :class:`NodeChecks`'s (src/lumen_ex/harness/scan_checks.py)."""
 
-    def __init__(self, source: bytes | str, forbidden: list[str]):
-        self.names = forbidden_names(list(forbidden))
+    def __init__(self, source: bytes | str, forbidden):
+        self.names = forbidden_names(forbidden)   # ForbiddenAPI data (core/forbidden.py) or dotted names
         raw = source.encode("utf-8") if isinstance(source, str) else source
         if len(raw) > MAX_SOURCE_BYTES:
             raise ScanRefused(f"the file is {len(raw) // 1024} KiB, over the {MAX_SOURCE_BYTES // 1024} KiB "
@@ -212,7 +223,7 @@ class SourceScan(NodeChecks):
 
     def _scan_from(self, function: str) -> list[Finding]:
         clock = _Clock(SCAN_SECONDS)
-        found: list[Finding] = []
+        found: list[Finding] = self._definition_problems(function)
         seen_nodes: set[int] = set()
         seen_names: set[str] = set()
         todo_nodes: list[ast.AST] = list(self.roots)
@@ -237,6 +248,17 @@ class SourceScan(NodeChecks):
             todo_nodes.extend(ast.iter_child_nodes(node))
         found.sort(key=lambda f: (not f.api, f.line))
         return list(dict.fromkeys(found))
+
+
+    def _definition_problems(self, function: str) -> list[Finding]:
+        """A graded function must be bound at the top of the file, where the scan reads it; a
+        module-level __getattr__ or __dir__ makes names (a graded one too) appear at run time."""
+        found = [Finding("", f"binds {hook} at the top of the file, which makes names appear at run time "
+                             "where the grader cannot follow them", getattr(self.defs[hook][0], "lineno", 0))
+                 for hook in sorted(MODULE_HOOKS) if hook in self.defs]
+        if function not in self.defs:
+            found.append(Finding("", f"does not define {function} at the top of the file (def {function}(...):)"))
+        return found
 
 
 class RefusedScan:
@@ -275,6 +297,58 @@ def scan_file(path: Path, forbidden: list[str], data: bytes | None = None) -> So
                            or " s " in str(exc) else str(exc))
     except (RecursionError, MemoryError) as exc:
         return RefusedScan(f"too large to check: the grader ran out of room ({type(exc).__name__})")
+
+
+MAX_FOLDER_ENTRIES = 10_000      # entries of the learner's folder looked at for shadowing names
+EXTENSION_SUFFIXES = (".py", ".pyc", ".pyw", ".so", ".pyd", ".pth")
+
+
+def shadowing_files(folder: Path, own_file: str) -> list[str]:
+    """The entries of the learner's ``folder`` named like a module the worker could otherwise
+    import: a file (``einops.py``, ``numpy.cpython-311-x86_64-linux-gnu.so``) or a package named
+    like an allowed module, a standard-library module or one installed where the grader runs; a
+    plain folder named like an allowed module (a namespace package stands in only for a module that
+    is missing). The worker never puts this folder on sys.path (src/lumen_ex/sandbox/inside/worker.py),
+    so these cannot be imported: they are refused all the same, so that no route of the import
+    system is left to prove safe. One line per entry, for the learner; at most MAX_FOLDER_ENTRIES
+    entries are read (more is itself a refusal)."""
+    import os
+    import sys
+
+    from lumen_ex.harness.scan_rules import ALLOWED_MODULES
+
+    found: list[str] = []
+    try:
+        with os.scandir(folder) as entries:
+            for count, entry in enumerate(entries):
+                if count >= MAX_FOLDER_ENTRIES:
+                    return [f"has more than {MAX_FOLDER_ENTRIES} entries in its folder, more than the grader checks"]
+                name = entry.name
+                if name == own_file:
+                    continue
+                is_dir = entry.is_dir(follow_symlinks=False)
+                stem = name if is_dir else name.split(".")[0]
+                if not is_dir and not name.endswith(EXTENSION_SUFFIXES) or not stem.isidentifier():
+                    continue
+                package = is_dir and os.path.exists(os.path.join(entry.path, "__init__.py"))
+                if stem in ALLOWED_MODULES or (
+                        (package or not is_dir)
+                        and (stem in sys.stdlib_module_names or _importable(stem))):
+                    found.append(f"has {name}{'/' if is_dir else ''} beside it, named like the module {stem}, "
+                                 "which would stand in for it; rename it")
+    except OSError:
+        return []
+    return found
+
+
+def _importable(name: str) -> bool:
+    """Whether a top-level module of that name is installed where the grader runs."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _read_bounded(path: Path, limit: int) -> bytes:

@@ -31,7 +31,7 @@ from lumen_ex.sandbox.processes import kill_group, reap
 # The files of lumen_ex/sandbox/inside a worker runs from (the folder is bound whole, read-only): the
 # worker, the wire format, and the zygote that forks workers with its system calls (zygote.py, confine.py).
 WORKER_FILES = ("worker.py", "wire.py", "wire_limits.py", "wire_decode.py", "wire_replies.py", "zygote.py",
-                "confine.py")
+                "confine.py", "forbid.py")
 # The environment a worker sees: nothing from the host, one thread, a private home.
 WORKER_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",

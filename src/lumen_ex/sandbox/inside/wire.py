@@ -60,7 +60,6 @@ from .wire_limits import (  # noqa: F401 (re-exported)
     MAX_TENSOR_BYTES,
     MAX_TENSORS,
     PROTOCOL_VERSION,
-    SDPA_KERNELS,
     Opaque,
     ProtocolError,
     clean_text,

@@ -12,12 +12,6 @@ import struct
 import torch
 
 PROTOCOL_VERSION = 1
-# The kernels behind F.scaled_dot_product_attention, reachable through torch.ops.aten: forbidding
-# SDPA forbids them too (in the worker's call record and in the harness's source scan).
-SDPA_KERNELS = ("_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention",
-                "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
-                "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_fused_attention_overrideable")
-
 MAX_HEADER_BYTES = 256 * 1024
 MAX_TENSOR_BYTES = 64 * 1024 * 1024
 MAX_FRAME_TENSOR_BYTES = 256 * 1024 * 1024

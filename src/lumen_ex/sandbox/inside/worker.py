@@ -8,7 +8,8 @@ and can tamper with anything here, so the harness treats every reply as a claim 
 Protocol, after the worker says hello:
 
     {"id": 1, "op": "load", "module": "attention", "path": "/workspace/01-attention",
-     "functions": ["scaled_dot_product_attention"], "forbidden": ["torch.nn.MultiheadAttention"]}
+     "functions": ["scaled_dot_product_attention"],
+     "forbidden": [{"api": "torch.nn.MultiheadAttention", "names": [...], "kernels": [...]}]}
     {"id": 2, "op": "call", "fn": "causal_mask", "args": [...], "kwargs": {...}, "device": "cpu",
      "grad": {"wrt": [0, 1], "seeds": [...]}, "count_ops": false, "echo_args": false}
 """
@@ -24,12 +25,9 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE = "lumen_inside"   # the name this folder is imported under inside the sandbox (see _wire_module)
-wire = torch = None  # imported in main(), once the extra site folders are on sys.path
+wire = forbid = torch = None  # imported in main(), once the extra site folders are on sys.path
 
 LEARNER_DIRS: list[str] = []
-FORBIDDEN_CALLS: list[str] = []
-FORBIDDEN_NAMES: dict[str, str] = {}   # function __name__ -> the dotted forbidden API it belongs to
-_INSIDE_FORBIDDEN = [0]                # > 0 while a forbidden API runs: its own inner calls are not the learner's
 
 
 def _wire_module():
@@ -76,8 +74,9 @@ def prepare(extra_sites: list[str], warm: bool) -> None:
     """Import the wire format and torch (and, when ``warm``, its meta kernels): all a worker does
     before it knows its learner. The zygote (zygote.py) does it once and forks workers from there."""
     sys.path.extend(extra_sites)
-    global wire, torch
+    global wire, forbid, torch
     wire = _wire_module()
+    forbid = importlib.import_module(f"{PACKAGE}.forbid")   # forbid.py: the worker's layer against forbidden APIs
     import torch
 
     if warm:
@@ -109,6 +108,8 @@ def serve(req_fd: int, rep_fd: int) -> int:
                 raise RuntimeError(f"unknown op {op!r}")
         except BaseException as exc:  # noqa: BLE001  SystemExit and KeyboardInterrupt included
             reply, out = {"ok": False, "error": describe_exception(exc)}, []
+            if op == "call" and forbid.called:
+                reply["forbidden"] = list(dict.fromkeys(forbid.called))[:wire.MAX_TENSORS]
         reply["id"] = rid
         reply["elapsed"] = time.perf_counter() - started
         flush_learner_streams()
@@ -130,10 +131,9 @@ def load(header: dict, tensors: list = ()):
     if header.get("source") == "tensor" and tensors:   # the harness's snapshot of the file
         source = tensors[0].numpy().tobytes()
     LEARNER_DIRS.append(os.path.realpath(path))
-    # After site-packages, so that a learner's own torch.py cannot shadow the real one.
-    sys.path.append(path)
-    for dotted in header.get("forbidden", []):
-        watch_forbidden(str(dotted))
+    # The learner's folder is never put on sys.path: no file in it can stand in for a module that
+    # the learner's code, torch or the standard library imports by name.
+    forbid.disable(list(header.get("forbidden", [])))
     return import_exact(name, os.path.join(path, name + ".py"), source)
 
 
@@ -204,20 +204,18 @@ def call(module, header: dict, tensors: list):
             args[i] = args[i].detach().requires_grad_(True)
 
     counter = WorkCounter() if header.get("count_ops") else None
-    del FORBIDDEN_CALLS[:]
-    _INSIDE_FORBIDDEN[0] = 0
-    with forbidden_watch():
-        if counter is not None:
-            with counter:
-                result = fn(*args, **kwargs)
-        else:
+    del forbid.called[:]
+    if counter is not None:
+        with counter:
             result = fn(*args, **kwargs)
+    else:
+        result = fn(*args, **kwargs)
 
     out: list = []
     with torch._C.DisableTorchFunctionSubclass():
         reply = {"ok": True, "result": wire.pack(result, out, describe=describe_tensor)[0]}
-    if FORBIDDEN_CALLS:
-        reply["forbidden"] = list(dict.fromkeys(FORBIDDEN_CALLS))   # in the order they were first called
+    if forbid.called:   # caught by the learner's code, yet tried: in the order first called
+        reply["forbidden"] = list(dict.fromkeys(forbid.called))[:wire.MAX_TENSORS]
     if counter is not None:
         reply["ops"] = counter.summary()
     if grad:
@@ -266,92 +264,6 @@ def flush_learner_streams() -> None:
             stream.flush()
         except Exception:  # noqa: BLE001  a learner may have replaced or closed them
             pass
-
-
-def watch_forbidden(dotted: str) -> None:
-    """Record calls to a forbidden API (feedback only: this process is the learner's).
-
-    Three layers, so that an alias is caught too: the attribute is replaced by a recording wrapper
-    (before the learner's module is imported, so ``from torch.nn.functional import
-    scaled_dot_product_attention as f`` binds the wrapper); a class gets recording ``__init__`` and
-    ``forward`` (an instance built at import time is caught when it runs); and during each call a
-    torch-function mode records a forbidden function reached any other way (``torch._C._nn``,
-    ``torch.ops.aten``, a reference saved before the wrapper existed). Only the outermost forbidden
-    call is recorded: nn.MultiheadAttention calls F.multi_head_attention_forward, which is not the
-    learner's doing.
-    """
-    owner_path, _, attr = dotted.rpartition(".")
-    try:
-        owner = importlib.import_module(owner_path)
-    except ImportError:
-        owner = _resolve(owner_path)
-    target = getattr(owner, attr, None)
-    if target is None:
-        return
-    if isinstance(target, type):
-        for method in ("__init__", "forward"):
-            original = getattr(target, method, None)
-            if original is not None:
-                setattr(target, method, _recording(original, dotted))
-        return
-    FORBIDDEN_NAMES[getattr(target, "__name__", attr)] = dotted
-    if attr == "scaled_dot_product_attention":   # its kernels, called directly through torch.ops.aten
-        for kernel in wire.SDPA_KERNELS:
-            FORBIDDEN_NAMES.setdefault(kernel, dotted)
-    setattr(owner, attr, _recording(target, dotted))
-    builtin_owner = getattr(target, "__self__", None)          # e.g. torch._C._nn for a C function
-    if builtin_owner is not None and getattr(builtin_owner, attr, None) is target:
-        try:
-            setattr(builtin_owner, attr, getattr(owner, attr))
-        except (AttributeError, TypeError):
-            pass
-
-
-def _recording(original, dotted: str):
-    def wrapper(*a, __orig=original, **k):
-        if _INSIDE_FORBIDDEN[0] == 0:
-            FORBIDDEN_CALLS.append(dotted)
-        _INSIDE_FORBIDDEN[0] += 1
-        try:
-            return __orig(*a, **k)
-        finally:
-            _INSIDE_FORBIDDEN[0] -= 1
-
-    wrapper.__name__ = getattr(original, "__name__", "wrapper")
-    wrapper.__qualname__ = getattr(original, "__qualname__", wrapper.__name__)
-    wrapper.__doc__ = getattr(original, "__doc__", None)
-    return wrapper
-
-
-def forbidden_watch():
-    """A torch-function mode that records forbidden functions however they were reached."""
-    from contextlib import nullcontext
-
-    if not FORBIDDEN_NAMES:
-        return nullcontext()
-    from torch.overrides import TorchFunctionMode
-
-    class _Watch(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            dotted = FORBIDDEN_NAMES.get(getattr(func, "__name__", ""))
-            if dotted is None or _INSIDE_FORBIDDEN[0]:
-                return func(*args, **(kwargs or {}))
-            FORBIDDEN_CALLS.append(dotted)
-            _INSIDE_FORBIDDEN[0] += 1
-            try:
-                return func(*args, **(kwargs or {}))
-            finally:
-                _INSIDE_FORBIDDEN[0] -= 1
-
-    return _Watch()
-
-
-def _resolve(dotted: str):
-    head, *rest = dotted.split(".")
-    obj = importlib.import_module(head)
-    for part in rest:
-        obj = getattr(obj, part)
-    return obj
 
 
 class WorkCounter:

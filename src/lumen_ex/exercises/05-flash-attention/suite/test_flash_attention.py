@@ -64,6 +64,7 @@ MIB = 2**20
 SAMPLED_ROWS = 48     # the query rows whose values a long call is checked on (drawn from the seed)
 # The work counter's view at a smaller length: no intermediate may hold a quarter of an L x L matrix.
 COUNTED_L = 2048
+SHORT_L = 256         # the values at this length are checked first (a wrong file fails fast)
 # Cost: L = 512 in 16 blocks of 32; causal visits 136 of the 256 key blocks (53%), a little more
 # with the masking of the diagonal blocks. Computing every block and masking the future costs more
 # than the non-causal call.
@@ -453,10 +454,14 @@ def _measured(submission, case, L: int, rows: torch.Tensor, device: str, causal:
 @pytest.mark.group("memory")
 def test_memory_linear_in_length(submission, seed):
     """memory grows linearly with L (measured by the grader)"""
+    device = "cpu"
+    # 0. The same checks as step 1 at a short length first: code whose values are wrong fails here in
+    #    milliseconds, before a fresh worker and the long calls are paid for (they check values too).
+    check_flash(submission, _long_case(seed, SHORT_L), causal=True, block_size=MEMORY_BLOCK, device=device,
+                tol=Tolerance(1e-4, 1e-4), named=False)
     # In a fresh worker, on the CPU: the baseline is what torch alone holds, not what earlier tests
     # loaded (torch's meta kernels, a CUDA context); and the harness measures host memory.
     submission.fresh_worker()
-    device = "cpu"
     # 1. The work counter (the worker's: a hint that can only fail): no intermediate of O(L^2) elements,
     #    scores or mask, at a length where that is cheap to see.
     case = _long_case(seed, COUNTED_L)
