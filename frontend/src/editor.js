@@ -4,9 +4,33 @@
 import { indentWithTab } from "@codemirror/commands";
 import { indentUnit } from "@codemirror/language";
 import { python } from "@codemirror/lang-python";
-import { EditorState } from "@codemirror/state";
-import { keymap } from "@codemirror/view";
+import { EditorState, RangeSet, StateEffect, StateField } from "@codemirror/state";
+import { Decoration, GutterMarker, keymap, lineNumberMarkers } from "@codemirror/view";
 import { EditorView, basicSetup } from "codemirror";
+
+// The line the last check's first failure points to (a syntax error, the line that raised): marked
+// in the gutter and the text until the learner edits the file or the next check ends.
+const setMarkedLine = StateEffect.define();
+class FailureMarker extends GutterMarker {
+  constructor() {
+    super();
+    this.elementClass = "cm-failure-gutter";
+  }
+}
+const failureMarker = new FailureMarker();
+const markedLine = StateField.define({
+  create: () => null,                       // the marked line's start, or null
+  update(value, tr) {
+    for (const effect of tr.effects) if (effect.is(setMarkedLine)) value = effect.value;
+    return tr.docChanged ? null : value;
+  },
+  provide: (field) => [
+    EditorView.decorations.from(field, (at) =>
+      at === null ? Decoration.none
+                  : Decoration.set([Decoration.line({ class: "cm-failure-line", attributes: { title: "the first failure points here" } }).range(at)])),
+    lineNumberMarkers.from(field, (at) => (at === null ? RangeSet.empty : RangeSet.of([failureMarker.range(at)]))),
+  ],
+});
 
 export function makeEditor(parent, { onChange, nonce }) {
   let loading = false;   // a text set by setText() is not the learner's edit: it is not saved back
@@ -18,6 +42,7 @@ export function makeEditor(parent, { onChange, nonce }) {
     EditorState.tabSize.of(4),
     indentUnit.of("    "),   // Python's four spaces (CodeMirror's default is two)
     EditorView.contentAttributes.of({ "aria-label": "exercise code" }),
+    markedLine,
     EditorView.updateListener.of((update) => {
       if (update.docChanged && !loading) onChange();
     }),
@@ -37,5 +62,12 @@ export function makeEditor(parent, { onChange, nonce }) {
       }
     },
     focus: () => view.focus(),
+    // Mark line ``n`` (1-based) as the one the first failure points to; null (or a line the file
+    // no longer has) clears the mark.
+    markLine(n) {
+      const doc = view.state.doc;
+      const at = Number.isInteger(n) && n >= 1 && n <= doc.lines ? doc.line(n).from : null;
+      view.dispatch({ effects: setMarkedLine.of(at) });
+    },
   };
 }

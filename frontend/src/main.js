@@ -210,7 +210,7 @@ async function runCheck() {
   state.base = started.digest;
   state.dirty = editor.text() !== text;
   setSaveState(state.dirty ? "editing…" : "saved");
-  follow(started.check);
+  follow(started.check, text);
 }
 
 function setChecking(on) {
@@ -219,7 +219,7 @@ function setChecking(on) {
   $("result").setAttribute("aria-busy", on ? "true" : "false");
 }
 
-function follow(id) {
+function follow(id, checked = null) {
   const source = api.events(id);
   state.check = { id, source };
   setChecking(true);
@@ -232,7 +232,10 @@ function follow(id) {
   source.addEventListener("progress", (e) => showProgress($("result"), JSON.parse(e.data)));
   source.addEventListener("result", (e) => {
     end();
-    showResult($("result"), JSON.parse(e.data).view);
+    const view = JSON.parse(e.data).view;
+    showResult($("result"), view);
+    // The first failure's line, in the editor's gutter, while the editor still holds the checked text.
+    editor.markLine(view.first && editor.text() === checked ? view.first.line : null);
     refreshList().catch(() => {});
   });
   source.addEventListener("cancelled", () => {

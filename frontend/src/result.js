@@ -32,7 +32,9 @@ function line(item) {
       return shapeTable(item);
     case "picture": {
       const figure = el("figure", { class: "picture" });
-      figure.append(el("img", { src: item.src, alt: item.caption }), el("figcaption", { text: item.caption }));
+      const caption = el("figcaption", { text: item.caption });
+      if (item.legend) caption.append(el("span", { class: "legend", text: item.legend }));
+      figure.append(el("img", { src: item.src, alt: `${item.caption}. ${item.legend || ""}` }), caption);
       return figure;
     }
     case "code":
@@ -87,7 +89,6 @@ export function showResult(region, view) {
   const head = el("div", { class: `headline ${view.status}` });
   head.append(el("h2", { text: view.headline }), el("p", { class: "summary", text: view.summary }));
   out.push(head);
-  out.push(el("p", { class: "identity", text: view.identity }));
   if (!view.sandbox.isolated) {
     out.push(el("p", { class: "warning", role: "note", text: view.sandbox.note || "NOT ISOLATED: this check ran without a sandbox." }));
   }
@@ -95,10 +96,15 @@ export function showResult(region, view) {
   if (view.first) {
     const box = el("section", { class: `first ${view.first.status}`, "aria-label": "first failure" });
     box.append(el("h3", { text: view.first.title }));
-    for (const item of view.first.lines) box.append(line(item));
+    // The words first (what is wrong, the named mistake, what to try), then the picture: on a laptop
+    // screen all of it shows without scrolling.
+    const pictures = view.first.lines.filter((item) => item.kind === "picture");
+    for (const item of view.first.lines) if (item.kind !== "picture") box.append(line(item));
+    for (const item of pictures) box.append(line(item));
     if (view.first.output) box.append(printed(view.first.output, "your code printed"));
     out.push(box);
   }
+  out.push(el("p", { class: "identity", text: view.identity }));   // after the failure: it stays in view
   const table = el("table", { class: "tests" });
   table.append(el("caption", { text: "every test" }));
   const header = el("tr");

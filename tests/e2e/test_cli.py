@@ -147,6 +147,19 @@ def test_list_shows_progress(workspace):
     compare("list", normalise(proc.stdout, workspace.parent))
 
 
+@pytest.mark.parametrize("columns", [60, 80, 100, 140])
+def test_list_keeps_every_slug_whole_at_any_width(workspace, columns):
+    """The slug is what `lumen-ex check` takes: never wrapped or cut; the title wraps instead."""
+    proc = run(["list"], workspace, {"COLUMNS": str(columns)})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    for ex in catalog.load().exercises:
+        assert any(line.split()[:2] == [str(ex.number), ex.slug] for line in lines if line.strip()), proc.stdout
+        if columns >= 120:
+            assert ex.path in proc.stdout
+    assert all(len(line.rstrip()) <= columns for line in lines if not line.startswith(("workspace:", "Files:"))), proc.stdout
+
+
 def test_hints_are_progressive(workspace):
     first = run(["hint", "1"], workspace)
     second = run(["hint", "attention"], workspace)

@@ -32,6 +32,11 @@ def softmax(x):
 ''')
 
 
+def files_of(root: Path) -> set[str]:
+    """Every file and folder under a pack: grading and dev check must write none (no __pycache__)."""
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
 def says_forbidden(stdout: str) -> bool:
     return any("implement it yourself; calling F.softmax" in t["message"] for t in json.loads(stdout)["tests"])
 
@@ -57,8 +62,10 @@ def test_dev_check_grades_and_accepts_the_scaffold(pack):
     """The scaffold passes `dev check` as an author runs it. Over 30 s: the real command, with its
     grading processes, under 5 seeds."""
     root, _ = pack
+    before = files_of(root)
     proc = run(["dev", "check", str(root), "--format", "json"])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert files_of(root) == before                   # nothing written into the instructor's pack
     doc = json.loads(proc.stdout)
     (ex,) = doc["exercises"]
     # Every file under the 3 default seeds; the reference and the correct file under the 2 close seeds
@@ -119,6 +126,7 @@ def test_dev_check_says_when_a_verdict_depends_on_the_seed(pack, tmp_path):
 def test_listed_checked_and_graded_through_the_path(pack, tmp_path):
     """Listed, checked and graded through LUMEN_EX_PATH. Over 30 s: four real commands, a class grading among them."""
     root, folder = pack
+    before = files_of(root)
     env = {"LUMEN_EX_PATH": str(root)}
     listing = run(["list"], env)
     assert listing.returncode == 0 and "101" in listing.stdout and "Softmax (softmax)" in listing.stdout, listing.stdout
@@ -153,6 +161,7 @@ def test_listed_checked_and_graded_through_the_path(pack, tmp_path):
     assert docs["ada"]["status"] == "pass" and docs["ada"]["score"] == 5
     assert docs["bob"]["status"] == "fail" and docs["bob"]["score"] < 5
     assert all("course@0.1.0" in d["versions"]["catalog"] for d in docs.values())
+    assert files_of(root) == before                   # checks and a class grading wrote nothing into the pack
 
 
 SNOOP = '''

@@ -71,7 +71,23 @@ def served(tmp_path_factory):
 
 @pytest.fixture
 def page(browser, served):
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    yield from _page(browser, served, {"width": 1400, "height": 900})
+
+
+@pytest.fixture
+def laptop(browser, served):
+    """A 1280 x 800 window: the first failure and its picture must show without scrolling."""
+    yield from _page(browser, served, {"width": 1280, "height": 800})
+
+
+@pytest.fixture
+def narrow(browser, served):
+    """A 420 px wide window (a phone, a split screen): one column, nothing off screen sideways."""
+    yield from _page(browser, served, {"width": 420, "height": 800})
+
+
+def _page(browser, served, viewport: dict):
+    context = browser.new_context(viewport=viewport)
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
@@ -151,6 +167,8 @@ def test_type_a_bug_see_it_explained_fix_it_see_it_pass(page, served):
     assert "likely mistake" in mistake.inner_text() and "sqrt(d_k)" in mistake.inner_text()
     picture = panel.locator("figure.picture img").first                 # the heatmap, as an image
     assert picture.get_attribute("src").startswith("data:image/png;base64,")
+    legend = panel.locator("figure.picture figcaption .legend").first.inner_text()   # how to read it
+    assert "rows: queries 0 to" in legend and "columns: keys 0 to" in legend and "red frame" in legend, legend
     assert page.evaluate("(img) => img.complete && img.naturalWidth > 0", picture.element_handle())
 
     # Cmd+Enter (a Mac's Ctrl+Enter) checks too.
@@ -321,3 +339,60 @@ def json_text(value) -> str:
     import json
 
     return json.dumps(value)
+
+
+# -- the page shows it: layout, the failing line, focus ------------------------------------------
+
+SYNTAX_LINE = 9                     # the line of REFERENCE made unparseable below
+BROKEN = "\n".join(line + ":" if i == SYNTAX_LINE - 1 else line
+                   for i, line in enumerate(REFERENCE.split("\n")))
+
+
+def box(page, selector: str) -> dict:
+    return page.evaluate(f"() => {{ const r = document.querySelector({json_text(selector)}).getBoundingClientRect();"
+                         " return {top: r.top, bottom: r.bottom, left: r.left, right: r.right}; }")
+
+
+@pytest.mark.slow
+def test_the_verdict_the_first_failure_and_its_picture_fit_a_laptop_screen(laptop, served):
+    replace_code(laptop, NO_SCALE)
+    panel = check_and_wait(laptop, ctrl_enter(laptop))
+    picture = panel.locator("section.first figure.picture img").first
+    laptop.wait_for_function("(img) => img.complete && img.naturalWidth > 0", arg=picture.element_handle())
+    assert laptop.evaluate("() => document.getElementById('result').scrollTop") == 0
+    for selector in (".headline h2", "section.first h3", "section.first p.line.mistake", "section.first figure.picture img"):
+        where = box(laptop, selector)
+        assert 0 <= where["top"] and where["bottom"] <= 800 and where["right"] <= 1280, (selector, where)
+
+
+@pytest.mark.slow
+def test_a_narrow_window_stacks_the_editor_check_and_the_result(narrow, served):
+    replace_code(narrow, NO_SCALE)
+    panel = check_and_wait(narrow, narrow.get_by_role("button", name="Check", exact=True).click)
+    assert "Not yet" in panel.inner_text()
+    assert narrow.evaluate("() => document.documentElement.scrollWidth") <= 420     # nothing off screen sideways
+    check, editor, first = box(narrow, "#check"), box(narrow, "#editor"), box(narrow, "section.first")
+    assert check["right"] <= 420 and editor["right"] <= 420 and first["right"] <= 420
+    assert check["bottom"] <= editor["top"] + 1 and editor["bottom"] <= first["top"]   # stacked in that order
+    assert box(narrow, "#readme")["top"] >= first["bottom"]                           # the README below
+
+
+@pytest.mark.slow
+def test_the_failing_line_is_marked_in_the_editor_until_the_next_edit(page, served):
+    replace_code(page, BROKEN)
+    panel = check_and_wait(page, ctrl_enter(page))
+    assert "does not parse" in panel.locator("section.first h3").inner_text()
+    marked = page.locator(".cm-line.cm-failure-line")
+    assert marked.count() == 1 and marked.inner_text() == BROKEN.split("\n")[SYNTAX_LINE - 1]
+    assert page.locator(".cm-gutterElement.cm-failure-gutter").inner_text().strip() == str(SYNTAX_LINE)
+    page.keyboard.press("Control+End")
+    page.keyboard.type("# edited")
+    assert page.locator(".cm-line.cm-failure-line").count() == 0                     # an edit clears it
+
+
+@pytest.mark.slow
+def test_keyboard_focus_is_visible(page, served):
+    page.keyboard.press("Tab")                      # from the page's start: the first control
+    outline = page.evaluate("() => { const s = getComputedStyle(document.activeElement);"
+                            " return [s.outlineStyle, s.outlineWidth]; }")
+    assert outline == ["solid", "2px"], outline

@@ -141,7 +141,7 @@ def watch(ctx, exercise: str, workspace: Path | None, sandbox: str, seed: int | 
     def show(result, session) -> None:
         if con.is_terminal:
             con.clear()
-        render_result(con, result)
+        render_result(con, result, watching=True)
         con.print(session.footer, style="dim")
         sys.stdout.flush()
 

@@ -38,7 +38,10 @@ def console() -> Console:
 # check
 
 
-def render_result(con: Console, result: RunResult) -> None:
+def render_result(con: Console, result: RunResult, *, watching: bool = False) -> None:
+    """A check's result: its identity, the first failure, the table of tests, the summary.
+    ``watching`` (lumen-ex watch): the table comes first and the first failure last, next to the
+    prompt, so that it stays on screen however long the table; the next step is to save again."""
     ex = result.exercise
     sandbox = result.sandbox
     iso = "isolated" if sandbox.isolated else "NOT ISOLATED"
@@ -53,6 +56,9 @@ def render_result(con: Console, result: RunResult) -> None:
         con.print(Panel(Text(visible(sandbox.note or "This run was not isolated."), style="bold"),
                         title="warning", border_style="red"))
     first = result.first_failure
+    if watching:
+        con.print()
+        con.print(_table(result.tests, con.width))
     if first is not None:
         con.print()
         con.print(_failure_panel(first, result.misconceptions))
@@ -61,10 +67,11 @@ def render_result(con: Console, result: RunResult) -> None:
         if printed is not None:        # on a pass too, but folded: the first test that printed
             con.print()
             con.print(*_printed(printed.output, keep=3), sep="\n")
+    if not watching:
+        con.print()
+        con.print(_table(result.tests, con.width))
     con.print()
-    con.print(_table(result.tests, con.width))
-    con.print()
-    con.print(_summary(result))
+    con.print(_summary(result, watching=watching))
 
 
 def _failure_panel(test: TestResult, named: list[dict] | None = None) -> Panel:
@@ -185,7 +192,7 @@ def _clip(text: str, n: int) -> str:
     return text[: max(n - 1, 1)] + "…"
 
 
-def _summary(result: RunResult) -> Text:
+def _summary(result: RunResult, *, watching: bool = False) -> Text:
     passed = sum(t.status is Status.PASS for t in result.tests)
     counted = sum(t.status is not Status.SKIPPED for t in result.tests)
     n = result.exercise["number"]
@@ -198,7 +205,8 @@ def _summary(result: RunResult) -> Text:
         step = f"{result.message}. Run `lumen-ex doctor`; if it persists, report it with --format json output."
     else:
         head = ("Not yet", "bold yellow")
-        step = f"Next: fix the first failure above, then run `lumen-ex check {n}` again (stuck? `lumen-ex hint {n}`)."
+        again = "save the file to check it again" if watching else f"run `lumen-ex check {n}` again"
+        step = f"Next: fix the first failure above, then {again} (stuck? `lumen-ex hint {n}`)."
     return Text.assemble(head, f" · score {points(result.score)}/{points(result.max_score)}"
                          f" · {passed} of {counted} tests passed · {result.duration:.1f} s\n", step)
 
@@ -215,17 +223,32 @@ def _exists(number: int) -> bool:
 
 
 def render_list(con: Console, workspace, rows) -> None:
+    """One row per exercise. The slug (what `lumen-ex check` takes) and the file's path are never
+    wrapped or cut; the title wraps. A terminal too narrow for the path (80 columns) leaves it out
+    and says where the files are."""
+    slug_w = max((len(one_line(r.slug)) for r in rows), default=4)
+    path_w = max((len(one_line(r.path)) for r in rows), default=4)
+    fixed = 3 + slug_w + len("not checked") + len("best score") + 5 * 2    # columns besides the title
+    with_path = con.width >= fixed + path_w + 2 + 24                        # a title keeps 24 columns
     table = Table(box=None, header_style="bold")
-    for col in ("#", "exercise", "file", "status", "best score"):
-        if col == "file":   # a path is shown whole, to be copied: the titles wrap instead
-            table.add_column(col, no_wrap=True, min_width=max((len(one_line(r.path)) for r in rows), default=4))
-        else:
-            table.add_column(col)
+    table.add_column("#", no_wrap=True)
+    table.add_column("slug", no_wrap=True, min_width=slug_w)
+    table.add_column("exercise", ratio=1)
+    if with_path:
+        table.add_column("file", no_wrap=True, min_width=path_w)
+    table.add_column("status", no_wrap=True)
+    table.add_column("best score", no_wrap=True)
     for r in rows:
         color = {"pass": "green", "fail": "yellow"}.get(r.status, "dim")
-        table.add_row(Text(str(r.number)), Text(one_line(f"{r.title} ({r.slug})")), Text(one_line(r.path)),
-                      Text(one_line(r.status), style=color), Text(f"{points(r.best_score)}/{points(r.max_score)}"))
+        cells = [Text(str(r.number)), Text(one_line(r.slug), style="bold"), Text(one_line(r.title))]
+        if with_path:
+            cells.append(Text(one_line(r.path)))
+        cells += [Text(one_line(r.status), style=color), Text(f"{points(r.best_score)}/{points(r.max_score)}")]
+        table.add_row(*cells)
     con.print(table)
+    if not with_path:
+        example = one_line(rows[0].path) if rows else ""
+        con.print(Text(f"Files: one folder per exercise, e.g. {example}", style="dim"), soft_wrap=True)
     if workspace is None:
         con.print(Text("No workspace here: create one with `lumen-ex init DIR` to track progress.", style="dim"))
     else:

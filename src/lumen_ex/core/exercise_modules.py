@@ -28,6 +28,13 @@ def module_name(folder: Path, name: str) -> str:
     return f"_lumen_ex_exercise_{digest}_{name}"
 
 
+def keep_packs_unwritten() -> None:
+    """Nothing is ever written into a pack (an instructor's repository, or the installed package):
+    the grading process writes no bytecode, neither for the pack's modules it imports nor for the
+    suites pytest rewrites. Reading bytecode that is already there is unaffected."""
+    sys.dont_write_bytecode = True
+
+
 def load(folder: Path, name: str) -> ModuleType:
     """``folder/<name>.py`` as a module (imported once per process)."""
     if not re.fullmatch(r"[A-Za-z_]\w*", name):
@@ -37,6 +44,7 @@ def load(folder: Path, name: str) -> ModuleType:
     with _lock:
         if key in sys.modules:
             return sys.modules[key]
+        keep_packs_unwritten()
         spec = importlib.util.spec_from_file_location(key, path)
         if spec is None or spec.loader is None or not path.is_file():
             raise CatalogError(f"{path} is missing", "Add it to the exercise folder (docs/authoring.md)")

@@ -39,12 +39,53 @@ DIAGNOSIS_KINDS = (
     "device",
     "nonfinite",     # NaN or inf where the expected values are finite
     "values",
-    "property",      # weights sum to 1, no future leakage, gradients, inputs unchanged, cost ...
+    "side-effect",   # it changed its caller's tensors (an input, a cache) where the contract says not to
+    "property",      # weights sum to 1, no future leakage, gradients, cost ...
     "timeout",       # a call ran past its time limit
     "crash",         # the worker process died (exit code or signal)
     "protocol",      # the worker sent something that is not a valid reply
     "grader",        # the grader itself failed: never the learner's fault
 )
+
+
+# The first failure every view shows is the one that explains the most, not the first in the suite:
+# lower rank first, ties in the suite's order (docs/result-schema.md, "The first failure").
+CONTRACT_KINDS = ("file", "import", "missing", "signature", "forbidden", "arity", "type",
+                  "timeout", "crash", "protocol", "grader")   # nothing else can be judged until these are fixed
+DETAIL_KINDS = ("dtype", "device")                            # a detail beside a conceptual mistake
+# A result in a lower precision than asked explains the value and property differences it causes.
+CAUSES_OTHERS = ("dtype-downcast",)
+
+
+def explanatory_rank(status: str, kind: str | None, misconception: str | None) -> int:
+    """0 the contract itself (the file, the call, a hang), 1 a side effect on the caller's tensors
+    (it spoils what other tests see), 2 a named mistake (a dtype detail only when it causes others),
+    3 a shape or an exception the learner's code raised (one is often the other's consequence: a
+    wrong shape meets the gradient check, a mask that raises leaves a later output misshapen; the
+    suite's order decides), 5 a property or NaN, 6 an unnamed value difference, 7 a dtype or device detail."""
+    if kind is None or kind in CONTRACT_KINDS or status in ("error", "timeout"):
+        return 0
+    if kind == "side-effect":
+        return 1
+    if kind in DETAIL_KINDS:
+        return 2 if misconception in CAUSES_OTHERS else 7
+    if misconception:
+        return 2
+    return {"shape": 3, "exception": 3, "property": 5, "nonfinite": 5}.get(kind, 6)
+
+
+def most_explanatory(tests: list, key) -> Any:
+    """The failed test of ``tests`` that explains the most (:func:`explanatory_rank`), or None;
+    ``key(test)`` gives its (status, kind, misconception)."""
+    best, best_rank = None, None
+    for test in tests:
+        status, kind, misconception = key(test)
+        if status in ("pass", "skipped"):
+            continue
+        rank = explanatory_rank(status, kind, misconception)
+        if best_rank is None or rank < best_rank:
+            best, best_rank = test, rank
+    return best
 
 
 @dataclass
@@ -185,7 +226,9 @@ class RunResult:
 
     @property
     def first_failure(self) -> TestResult | None:
-        return next((t for t in self.tests if t.status not in (Status.PASS, Status.SKIPPED)), None)
+        """The failure shown first: the one that explains the most (:func:`explanatory_rank`)."""
+        return most_explanatory(self.tests, lambda t: (t.status.value, t.diagnosis.kind if t.diagnosis else None,
+                                                        t.diagnosis.misconception if t.diagnosis else None))
 
     def exit_code(self) -> int:
         """0 all passed, 1 a test failed, 3 the grader itself could not run."""

@@ -9,9 +9,9 @@ from lumen_ex.core.results import Diagnosis, RunResult, Status, TestResult, poin
 
 # How each diagnosis kind is labelled where a failure is explained (terminal, playground).
 KIND_LABEL = {"shape": "shape", "dtype": "dtype", "device": "device", "nonfinite": "NaN/inf",
-              "values": "values", "property": "property", "exception": "exception", "import": "import",
-              "missing": "missing", "signature": "signature", "arity": "returns", "type": "type",
-              "timeout": "timeout", "crash": "crash", "protocol": "protocol", "forbidden": "forbidden",
+              "values": "values", "side-effect": "side effect", "property": "property", "exception": "exception",
+              "import": "import", "missing": "missing", "signature": "signature", "arity": "returns",
+              "type": "type", "timeout": "timeout", "crash": "crash", "protocol": "protocol", "forbidden": "forbidden",
               "grader": "grader", "file": "file"}
 OUTPUT_CAP = 2000          # characters of learner output quoted per test in LMS formats
 _LINE = re.compile(r"\bline (\d+)\b")

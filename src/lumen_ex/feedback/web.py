@@ -14,6 +14,8 @@ names and cells, ``visible`` for messages and printed output); the page then wri
 
 from __future__ import annotations
 
+import re
+
 from lumen_ex.core.results import VALUE_KINDS, Diagnosis, RunResult, Status, TestResult, points
 from lumen_ex.core.untrusted import one_line, visible
 from lumen_ex.feedback.pictures import caption, data_url, picture
@@ -64,7 +66,38 @@ def _first(test: TestResult, named: list[dict]) -> dict:
             lines.append(_run_mistake(top))
     output = test.output.strip()
     return {"title": one_line(f"{MARK[test.status]} first failure: {name}"), "status": test.status.value,
-            "lines": lines, "output": _printed(output) if output else None}
+            "lines": lines, "output": _printed(output) if output else None, "line": _learner_line(diag)}
+
+
+def legend(test: TestResult) -> str:
+    """How to read a heatmap on the page, with the indices of its rows and columns (the terminal's
+    picture has them written in)."""
+    payload = (test.diagnosis.details.get("heatmap") if test.diagnosis else None) or {}
+    grid = payload.get("expected") if isinstance(payload, dict) else None
+    n_rows = len(grid) if isinstance(grid, list) else 0
+    n_cols = len(grid[0]) if n_rows and isinstance(grid[0], list) else 0
+    rows = one_line(str(payload.get("rows") or "queries"))[:20]
+    cols = one_line(str(payload.get("cols") or "keys"))[:20]
+    first_row = payload.get("row_start") if type(payload.get("row_start")) is int else 0
+    first_col = payload.get("col_start") if type(payload.get("col_start")) is int else 0
+    kind = payload.get("kind")
+    shades = ("filled: may attend (True), white with a dot: masked (False)" if kind == "mask"
+              else "white with a dot: exactly 0, light to dark blue: small to large")
+    return one_line(f"rows: {rows} {first_row} to {first_row + n_rows - 1}, top to bottom; columns: {cols} "
+                    f"{first_col} to {first_col + n_cols - 1}, left to right. {shades}; red frame: yours differs; "
+                    "difference: red where yours is larger, blue where it is smaller.")
+
+
+def _learner_line(diag: Diagnosis | None) -> int | None:
+    """The line of the learner's file the failure points to (a syntax error's, or the line that
+    raised: details "line" or "where" = "attention.py line 12 in f"), for the editor's gutter."""
+    if diag is None:
+        return None
+    line = diag.details.get("line")
+    if type(line) is int and 0 < line < 1_000_000:
+        return line
+    match = re.search(r" line (\d{1,6})\b", str(diag.details.get("where") or ""))
+    return int(match.group(1)) if match else None
 
 
 def diagnosis_lines(diag: Diagnosis, test: TestResult, run_mistake: dict | None) -> list[dict]:
@@ -92,7 +125,7 @@ def diagnosis_lines(diag: Diagnosis, test: TestResult, run_mistake: dict | None)
         out.append({"kind": "code", "text": one_line(diag.details["code"])})
     png = picture(test)
     if png is not None:
-        out.append({"kind": "picture", "src": data_url(png), "caption": caption(test)})
+        out.append({"kind": "picture", "src": data_url(png), "caption": caption(test), "legend": legend(test)})
     if run_mistake is not None and diag.misconception == run_mistake.get("id"):
         out.append(_run_mistake(run_mistake))       # the same mistake, with the run's evidence
         return out

@@ -99,6 +99,9 @@ class LearnerModule:
             if getattr(exc, "output", "") and not getattr(exc, "output_shown", False):
                 self.outputs.append(exc.output)
                 exc.output_shown = True
+            # An import that ran a forbidden API (the worker refuses it: sandbox/inside/forbid.py)
+            # fails on it: when the scan proves the file reaches one, that is the diagnosis.
+            self._refuse_forbidden(fn, [])
             raise
         if self._pool.import_output:   # what the module printed while being imported
             self.outputs.append(self._pool.import_output)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from lumen_ex.core import exercise_modules
 from lumen_ex.core.catalog import Exercise
 from lumen_ex.core.results import Diagnosis, Status, TestResult
 from lumen_ex.harness.plugin import GradingPlugin
@@ -48,6 +49,7 @@ def run_suite(ex: Exercise, learner: LearnerModule | None, *, seed: int, device:
     """
     plugin = grading or GradingPlugin(learner, seed=seed, device=device, suite=ex.suite)
     here = ex.suite_dir
+    exercise_modules.keep_packs_unwritten()        # pytest's rewritten suite: no __pycache__ in the pack
     args = [
         str(here),
         "-c", str(GRADERS / "pytest.ini"),

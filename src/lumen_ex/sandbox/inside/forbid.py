@@ -24,6 +24,9 @@ and torch.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
+import warnings
 
 import torch
 
@@ -70,26 +73,77 @@ def refusal(api: str, what: str):
 
 
 def _resolve(dotted: str):
-    """(owner, attribute name, current value) for a dotted name, or None when torch lacks it."""
+    """(owner, attribute name, current value) for a dotted name whose module is already imported;
+    None when torch lacks it. A module not imported yet is never imported here (some take seconds):
+    :class:`_OnImport` makes its names unusable when something imports it."""
     owner_path, _, attr = dotted.rpartition(".")
-    try:
-        owner = importlib.import_module(owner_path)
-    except ImportError:
-        head, *rest = owner_path.split(".")
+    parts = owner_path.split(".")
+    for cut in range(len(parts), 0, -1):                 # the longest imported module, then attributes
+        module = sys.modules.get(".".join(parts[:cut]))
+        if module is None:
+            continue
+        owner = module
+        for part in parts[cut:]:
+            owner = getattr(owner, part, None)
+            if owner is None:
+                if _on_import.watch(".".join(parts[:cut + 1]), dotted):
+                    return "later"
+                return None
+        target = getattr(owner, attr, None)
+        return None if target is None else (owner, attr, target)
+    return None
+
+
+class _OnImport:
+    """A finder that sees a watched module imported (by anyone, later) and makes its forbidden names
+    unusable as soon as it has run: the module is found and loaded by the other finders as always."""
+
+    def __init__(self):
+        self.pending: dict[str, list[str]] = {}          # module -> dotted names to replace in it
+        self.apis: dict[str, str] = {}                   # dotted name -> its API
+        self.installed = False
+
+    def watch(self, module: str, dotted: str) -> bool:
         try:
-            owner = importlib.import_module(head)
-            for part in rest:
-                owner = getattr(owner, part)
-        except (ImportError, AttributeError):
+            if importlib.util.find_spec(module) is None:  # (finds it without running it)
+                return False
+        except (ImportError, ValueError):
+            return False
+        self.pending.setdefault(module, []).append(dotted)
+        if not self.installed:
+            sys.meta_path.insert(0, self)
+            self.installed = True
+        return True
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in self.pending:
             return None
-    target = getattr(owner, attr, None)
-    return None if target is None else (owner, attr, target)
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                loader, names = spec.loader, self.pending[fullname]
+                run = loader.exec_module
+
+                def exec_module(module, _run=run, _names=names):
+                    _run(module)
+                    for dotted in _names:
+                        _replace(dotted, self.apis.get(dotted, dotted))
+
+                loader.exec_module = exec_module
+                return spec
+        return None
+
+
+_on_import = _OnImport()
 
 
 def _replace(dotted: str, api: str) -> bool:
+    _on_import.apis[dotted] = api
     found = _resolve(dotted)
-    if found is None:
-        return False
+    if found is None or found == "later":
+        return found == "later"
     owner, attr, target = found
     if isinstance(target, type):
         for method in ("__init__", "forward"):
@@ -127,7 +181,9 @@ def _refuse_kernel(kernel: str, api: str) -> bool:
         for key in KEYS:
             if torch._C._dispatch_has_kernel_for_dispatch_key(f"{namespace}::{qualified}", key):
                 try:
-                    library.impl(qualified, refused, key)
+                    with warnings.catch_warnings():     # "overriding a kernel": not the learner's output
+                        warnings.simplefilter("ignore")
+                        library.impl(qualified, refused, key)
                     done = True
                 except RuntimeError:
                     pass

@@ -386,7 +386,7 @@ def test_inputs_unchanged(submission, seed, device):
     for name, before, after in zip(("q", "k", "v", "mask"), (q, k, v, case.mask), result.args_after or ()):
         if (not isinstance(after, torch.Tensor) or after.shape != before.shape
                 or after.dtype != before.dtype or not torch.equal(after, before)):
-            raise fail("property", f"your function modified its input {name} in place",
+            raise fail("side-effect", f"your function modified its input {name} in place",
                        hint="Use out-of-place operations (masked_fill, not masked_fill_; x = x / s, not x /= s).",
                        misconception="inputs-modified")
 

@@ -290,17 +290,17 @@ def test_caller_caches_unchanged(submission, seed, device):
         if not isinstance(before, torch.Tensor):
             continue
         if not isinstance(now, torch.Tensor) or now.shape != before.shape:
-            raise fail("property", f"decode_step changed the caller's {name} in place: it was "
+            raise fail("side-effect", f"decode_step changed the caller's {name} in place: it was "
                        f"{tuple(before.shape)} and is now {tuple(getattr(now, 'shape', ()))}",
                        expected=list(before.shape), got=list(getattr(now, "shape", [])), hint=hint,
                        misconception="caller-cache-mutated")
         if now.dtype != before.dtype:
-            raise fail("property", f"decode_step changed the dtype of the caller's {name} in place, from "
+            raise fail("side-effect", f"decode_step changed the dtype of the caller's {name} in place, from "
                        f"{before.dtype} to {now.dtype}", hint=hint,
                        misconception="caller-cache-mutated")
         if not torch.equal(now, before):
             changed = int((now != before).sum())
-            raise fail("property", f"decode_step wrote into the caller's {name}: {changed} of "
+            raise fail("side-effect", f"decode_step wrote into the caller's {name}: {changed} of "
                        f"{before.numel()} values changed", details={"changed": changed}, hint=hint,
                        misconception="caller-cache-mutated")
 

@@ -396,7 +396,7 @@ def test_inputs_unchanged(submission, seed, device):
                 or not torch.equal(now, before)):
             changed = (int((now != before).sum()) if isinstance(now, torch.Tensor) and now.shape == before.shape
                        else before.numel())
-            raise fail("property", f"prefill modified its input {name} in place: {changed} of {before.numel()} "
+            raise fail("side-effect", f"prefill modified its input {name} in place: {changed} of {before.numel()} "
                        "values changed", details={"input": name, "changed": changed}, hint=hint,
                        misconception="inputs-modified")
 

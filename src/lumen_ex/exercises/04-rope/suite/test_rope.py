@@ -479,7 +479,7 @@ def test_inputs_unchanged(submission, seed, device):
     for name, before, after in zip(("x", "positions"), (x, case.positions), result.args_after or ()):
         if (not isinstance(after, torch.Tensor) or after.shape != before.shape
                 or after.dtype != before.dtype or not torch.equal(after, before)):
-            raise fail("property", f"your function modified its input {name} in place",
+            raise fail("side-effect", f"your function modified its input {name} in place",
                        hint="Build a new tensor for the output (torch.stack, torch.cat, torch.empty_like(x) filled "
                             "in): writing into x[..., 0::2] changes the caller's tensor.",
                        misconception="inputs-modified")

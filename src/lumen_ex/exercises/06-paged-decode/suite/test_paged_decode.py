@@ -461,12 +461,12 @@ def test_seq_lens_and_inputs_unchanged(submission, seed, device):
             continue
         if name == "seq_lens":
             shown = now.tolist() if isinstance(now, torch.Tensor) else now
-            raise fail("property", "paged_decode_step wrote into the caller's seq_lens: "
+            raise fail("side-effect", "paged_decode_step wrote into the caller's seq_lens: "
                        f"{before.tolist()} before the call, {shown} after",
                        misconception="seq-lens-mutated",
                        hint="Return seq_lens + 1, a new tensor; seq_lens += 1 or seq_lens.add_(1) changes the "
                             "caller's lengths, which the scheduler still owns.")
-        raise fail("property", f"paged_decode_step changed the caller's {name} in place",
+        raise fail("side-effect", f"paged_decode_step changed the caller's {name} in place",
                    misconception="argument-mutated",
                    hint=f"Only the pools are written in place; leave {name} as it was given.")
 

@@ -1,5 +1,5 @@
 # bug: scales q in place with q /= sqrt(d_k), modifying the caller's tensor
-# expect-kind: property
+# expect-kind: side-effect
 # expect-misconception: inputs-modified
 # expect-test: test_inputs_unchanged
 

@@ -1,5 +1,5 @@
 # bug: scales q in place under torch.no_grad() (q.mul_) to "save memory": changes the caller's q and the gradient
-# expect-kind: property
+# expect-kind: side-effect
 # expect-misconception: inputs-modified
 
 import math

@@ -1,5 +1,5 @@
 # bug: turns the caller's "may attend" mask into a "hidden" mask in place with mask.logical_not_(), then masked_fill_(mask, -inf)
-# expect-kind: property
+# expect-kind: side-effect
 # expect-misconception: inputs-modified
 # expect-test: test_inputs_unchanged
 

@@ -1,5 +1,5 @@
 # bug: grows the caller's cache tensors in place with .data = ..., so the caller's k_cache changes too
-# expect-kind: property
+# expect-kind: side-effect
 # expect-misconception: caller-cache-mutated
 import math
 

@@ -1,5 +1,5 @@
 # bug: folds the 1/sqrt(d_head) scale into w_q in place (w_q.mul_), which changes the caller's weights
-# expect-kind: property
+# expect-kind: side-effect
 # expect-misconception: inputs-modified
 # expect-test: test_inputs_unchanged
 import math

@@ -1,5 +1,5 @@
 # bug: writes the rotated pairs back into x[..., 0::2] and x[..., 1::2] and returns x: the caller's tensor is changed
-# expect-kind: property
+# expect-kind: side-effect
 # expect-misconception: inputs-modified
 # expect-test: test_inputs_unchanged
 

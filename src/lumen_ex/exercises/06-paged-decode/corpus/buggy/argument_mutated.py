@@ -1,5 +1,5 @@
 # bug: folds the 1/sqrt(d_head) scale into the query weights with w_q /= ..., which scales the caller's w_q in place
-# expect-kind: property
+# expect-kind: side-effect
 # expect-misconception: argument-mutated
 # expect-test: test_seq_lens_and_inputs_unchanged
 import math

@@ -1,5 +1,5 @@
 # bug: bumps the lengths with seq_lens += 1 and returns them: the values are right, but the caller's seq_lens changed
-# expect-kind: property
+# expect-kind: side-effect
 # expect-misconception: seq-lens-mutated
 # expect-test: test_seq_lens_and_inputs_unchanged
 import math

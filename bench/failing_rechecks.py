@@ -1,0 +1,89 @@
+"""How fast `lumen-ex watch` answers a save of a FAILING file, for every exercise, measured in one run.
+
+    python bench/failing_rechecks.py [--sandbox bwrap|none] [--per-exercise 8] [--passing 3] [-e 5]
+
+A learner spends most of their time on failing checks, so this saves each exercise's buggy corpus
+files (src/lumen_ex/exercises/<NN-slug>/corpus/buggy/, the first --per-exercise of them in name
+order) into a watch session one after another, then the reference --passing times, and prints per
+exercise the median and the worst failing re-check, the median passing one and their ratio.
+Latency is from just before the file is written to the RunResult (inotify, debounce, the worker
+kept in advance, the whole hidden suite; rendering is not counted). Before each save the bench
+waits until the worker kept in advance is ready, as when a learner takes a few seconds to edit.
+
+Target (issue "The learner's loop"): failing re-checks at most 0.5 s median, 1 s at worst, and a
+failing check at most 1.5x a passing one, for every exercise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from common import reference_workspace
+
+
+def write(path: Path, text: str) -> None:
+    with open(path, "w") as f:   # as an editor that saves in place does: one close-after-write event
+        f.write(text)
+
+
+def measure(ex, files: list[Path], passing: int, sandbox: str) -> tuple[list[float], list[float], list[str]]:
+    from lumen_ex.learner.watch import WatchSession
+
+    ws = reference_workspace()
+    session = WatchSession(str(ex.number), workspace=ws, sandbox=sandbox, seed=1, record=False)
+    session.check_once()                       # the start of a watch: not counted
+    changes = session.wait_for_change()
+    failing, passed, statuses = [], [], []
+    reference = ex.reference_path.read_text()
+    try:
+        for text, into in [*((f.read_text(), failing) for f in files), *((reference, passed),) * passing]:
+            if not session.wait_worker(180):
+                raise SystemExit("the worker kept in advance did not start")
+            time.sleep(0.2)
+            if into is passed:                 # the same text again is no change: alternate a comment
+                text += f"\n# save {len(passed)}\n"
+            t0 = time.perf_counter()
+            write(session.file, text)
+            next(changes)
+            result = session.check_once()
+            into.append(time.perf_counter() - t0)
+            statuses.append(result.status.value)
+    finally:
+        changes.close()
+        session.close()
+    return failing, passed, statuses
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sandbox", default=None, help="bwrap or none (default: bwrap where it works)")
+    parser.add_argument("--per-exercise", type=int, default=8, help="buggy files saved per exercise")
+    parser.add_argument("--passing", type=int, default=3, help="saves of the reference per exercise")
+    parser.add_argument("-e", "--exercise", action="append", help="only these exercises (repeatable)")
+    args = parser.parse_args()
+    from lumen_ex.core import catalog
+    from lumen_ex.sandbox.bwrap import BwrapLauncher
+
+    sandbox = args.sandbox or ("bwrap" if BwrapLauncher.availability().ok else "none")
+    cat = catalog.load(environ={})
+    chosen = [cat.find(e) for e in args.exercise] if args.exercise else list(cat.exercises)
+    print(f"failing re-checks in `lumen-ex watch` (--sandbox {sandbox}), seconds")
+    print(f"{'exercise':<22}{'files':>6}{'fail median':>13}{'fail worst':>12}{'pass median':>13}{'fail/pass':>11}")
+    for ex in chosen:
+        files = sorted(ex.corpus_dir.glob("buggy/*.py"))[: args.per_exercise]
+        failing, passing, statuses = measure(ex, files, args.passing, sandbox)
+        if statuses[len(files):] != ["pass"] * args.passing:
+            raise SystemExit(f"{ex.slug}: the reference did not pass: {statuses}")
+        fail_median, pass_median = statistics.median(failing), statistics.median(passing)
+        print(f"{ex.dir:<22}{len(files):>6}{fail_median:>13.3f}{max(failing):>12.3f}{pass_median:>13.3f}"
+              f"{fail_median / pass_median:>11.2f}")
+    print("target: failing median <= 0.5 s, worst <= 1 s, fail/pass <= 1.5")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    main()
