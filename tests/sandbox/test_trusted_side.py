@@ -14,9 +14,11 @@ A planted module that is imported writes a marker file named after itself, its p
 its interpreter was isolated, into a folder given by absolute path, and then ends its process
 (``os._exit(97)``), so an import is seen either way: as a marker, or as a grade that is not the
 normal one. The sandboxed worker cannot leave a marker there (it sees the host's folders read-only
-and has its own /tmp), and it appends the learner's folder to ``sys.path`` after the standard
-library and site-packages, so none of these names resolve to the planted files inside it: every
-marker found was written by a trusted process.
+and has its own /tmp), and it never puts the learner's folder on ``sys.path``, so none of these
+names resolve to the planted files inside it: every marker found was written by a trusted process.
+The normal grade of such a folder is a refusal: files named like importable modules beside the
+exercise's file are "cannot be verified" for every graded function (src/lumen_ex/harness/source_scan.py
+``shadowing_files``), every other test passes (:func:`refused_for_its_neighbours`).
 
 The PYTHONPATH runs point it at a folder of the same modules (all but a ``lumen_ex`` package, which
 on the caller's own PYTHONPATH would simply be the program). One marker is expected there: Python
@@ -98,6 +100,14 @@ def markers(marks: Path) -> list[str]:
     return sorted(p.name for p in marks.iterdir()) if marks.is_dir() else []
 
 
+def refused_for_its_neighbours(doc: dict) -> bool:
+    """The reference with modules planted beside it, graded normally: a fail, and every test that
+    did not pass refused for a file named like a module beside it (nothing crashed, nothing else)."""
+    failed = [t for t in doc["tests"] if t["status"] not in ("pass", "skipped")]
+    return doc["status"] == "fail" and bool(failed) and all("beside it, named like the module" in t["message"]
+                                                             for t in failed)
+
+
 def environment(planted: Path | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "FORCE_COLOR", "CLICOLOR"))}
     env.update({"NO_COLOR": "1", "COLUMNS": "160", "TERM": "dumb"})
@@ -147,9 +157,9 @@ def test_check_imports_nothing_of_the_learner(planted_workspace, sandbox, python
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = proc.communicate(timeout=600)
     assert "SHADOW MODULE IMPORTED" not in err, err
-    assert proc.returncode == 0, out + err
+    assert proc.returncode == 1, out + err
     doc = json.loads(out)
-    assert doc["status"] == "pass" and doc["sandbox"]["backend"] == sandbox
+    assert refused_for_its_neighbours(doc) and doc["sandbox"]["backend"] == sandbox, out
     assert_no_trusted_import(marks, proc.pid, pythonpath)
 
 
@@ -183,7 +193,7 @@ def test_watch_imports_nothing_of_the_learner(planted_workspace, pythonpath):
     err = proc.stderr.read().decode()
     assert "SHADOW MODULE IMPORTED" not in err, err
     assert proc.returncode == 0, output.decode() + err
-    assert "All tests passed" in output.decode()
+    assert "Not yet" in output.decode() and "beside it, named like the module" in output.decode()
     assert_no_trusted_import(marks, proc.pid, pythonpath)
 
 
@@ -226,8 +236,10 @@ def test_grade_from_a_students_folder_imports_nothing_of_it(tmp_path, sandbox, p
     assert "SHADOW MODULE IMPORTED" not in stderr, stderr
     assert proc.returncode == 0, stdout + stderr
     book = gradebook(out)
-    assert {s: (r["status"], float(r["total"])) for s, r in book.items()} == {
-        "alice": ("pass", EX1.max_score), "bob": ("pass", EX1.max_score)}, book
+    assert sorted(book) == ["alice", "bob"] and all(r["status"] == "fail" for r in book.values()), book
+    for student in book:          # the normal grade of the reference with modules planted beside it
+        doc = json.loads((out / "results" / student / f"{EX1.dir}.json").read_text())
+        assert refused_for_its_neighbours(doc), doc
     logs = "".join(p.read_text(errors="replace") for p in (out / ".logs").glob("*.log")) \
         if (out / ".logs").is_dir() else ""
     assert "SHADOW MODULE IMPORTED" not in logs, logs
@@ -260,7 +272,9 @@ def test_the_image_entry_point_imports_nothing_of_the_submission(tmp_path):
     assert "SHADOW MODULE IMPORTED" not in proc.stderr + proc.stdout
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads((results / "results.json").read_text())
-    assert doc["score"] == pytest.approx(EX1.max_score), doc
+    # graded normally: the reference, refused for the modules planted beside it, nothing crashed
+    assert doc["score"] < EX1.max_score and any("beside it, named like the module" in t.get("output", "")
+                                                for t in doc["tests"]), doc
     assert markers(marks) == []
     shutil.rmtree(sub, ignore_errors=True)
 
