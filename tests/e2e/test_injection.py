@@ -228,7 +228,8 @@ def hostile_record() -> RunResult:
         Case("t.py::b", f"shape {PAYLOAD}", "shapes", Status.FAIL, 0, 1, message=shape.summary,
                    diagnosis=shape, output=OSC52),
         Case("t.py::c", "ok", "contract", Status.PASS, 1, 1, output=PAYLOAD),
-        Case("t.py::d", "err", "contract", Status.ERROR, 0, 1, message=PAYLOAD),
+        # an error row is the first failure every view leads with (core/results.py explanatory_rank)
+        Case("t.py::d", "err", "contract", Status.ERROR, 0, 1, message=PAYLOAD, output=PAYLOAD + "\n````\n" + PAYLOAD),
     ]
     return RunResult(exercise=EX1.summary(), status=Status.FAIL, sandbox=SandboxInfo("bwrap", False, note=PAYLOAD),
                      device=f"cpu{OSC52}", seed=7, score=1, max_score=4, duration=1.0, message=f"failed {PAYLOAD}",

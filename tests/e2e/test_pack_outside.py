@@ -129,7 +129,7 @@ def test_listed_checked_and_graded_through_the_path(pack, tmp_path):
     before = files_of(root)
     env = {"LUMEN_EX_PATH": str(root)}
     listing = run(["list"], env)
-    assert listing.returncode == 0 and "101" in listing.stdout and "Softmax (softmax)" in listing.stdout, listing.stdout
+    assert listing.returncode == 0 and "101  softmax" in listing.stdout and "Softmax" in listing.stdout, listing.stdout
     assert run(["init", str(tmp_path / "ws")], env).returncode == 0
     stub = tmp_path / "ws" / "101-softmax" / "softmax.py"
     assert stub.read_text() == (folder / "softmax.py").read_text()
