@@ -168,9 +168,11 @@ class LearnerModule:
             pool = self._pool
             forbidden = list(getattr(pool, "forbidden", None) or [])
             module_dir = getattr(getattr(pool, "spec", None), "module_dir", None)
+            scanned = bool(forbidden) and module_dir is not None
             self._scan = (scan_file(Path(module_dir) / self.module_file, forbidden,
-                                    data=getattr(pool, "source", None))
-                          if forbidden and module_dir is not None else None)
+                                    data=getattr(pool, "source", None)) if scanned else None)
+            # files beside the learner's named like importable modules: refused with the scan
+            self._shadows = shadowing_files(Path(module_dir), self.module_file) if scanned else []
             self._scanned: dict[str, list[str]] = {}
         if self._scan is None:
             return []
@@ -183,9 +185,6 @@ class LearnerModule:
         file over its bounds); empty when it can. Called after _forbidden_in_source."""
         if getattr(self, "_scan", None) is None:
             return []
-        if not hasattr(self, "_shadows"):
-            module_dir = getattr(getattr(self._pool, "spec", None), "module_dir", None)
-            self._shadows = shadowing_files(Path(module_dir), self.module_file) if module_dir is not None else []
         return self._shadows + [f.why for f in self._scan.unverifiable(fn)]
 
     def _require(self, fn: str) -> None:
