@@ -36,6 +36,17 @@ LEAN_DISABLED = ("logging", "junitxml", "pastebin", "doctest", "legacypath", "se
                  "subtests")
 
 
+def one_thread() -> None:
+    """Run the harness's own torch work on one thread. Its tensors are small, and a second OpenMP
+    thread only waits for a core that the worker or another grading process holds: with two grading
+    processes on two cores, a failing check's known-mistake matching took 5-10x longer (8 s instead
+    of 0.6 s for one file of exercise 3). The worker runs on one thread already (sandbox/base.py)."""
+    import torch
+
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+
+
 def run_suite(ex: Exercise, learner: LearnerModule | None, *, seed: int, device: str,
               select: str | None = None, lean: bool = True, plugins: tuple = (),
               grading: GradingPlugin | None = None) -> tuple[list[TestResult], list[str]]:
@@ -49,6 +60,7 @@ def run_suite(ex: Exercise, learner: LearnerModule | None, *, seed: int, device:
     """
     plugin = grading or GradingPlugin(learner, seed=seed, device=device, suite=ex.suite)
     here = ex.suite_dir
+    one_thread()
     exercise_modules.keep_packs_unwritten()        # pytest's rewritten suite: no __pycache__ in the pack
     args = [
         str(here),

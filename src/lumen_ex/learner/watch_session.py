@@ -181,14 +181,12 @@ class WatchSession:
 
     def _warm_harness(self) -> None:
         import pytest  # noqa: F401
-        import torch
+        import torch  # noqa: F401
 
         # Imported here, after the first worker is launched: the point of this method.
         from lumen_ex.harness import client, plugin, proxy, runner  # noqa: F401
 
-        # The harness's own tensors are small: a second OpenMP thread only waits for a core
-        # (10x slower ops on a busy 2-core machine). The worker runs on one thread already.
-        torch.set_num_threads(1)
+        runner.one_thread()
 
     def _freeze(self) -> None:
         """After the first check, everything imported so far is permanent: keep the garbage
