@@ -134,8 +134,8 @@ def grade(tmp_path):
     return _grade
 
 
-# The built-in pack's corpus is graded once for the whole test run, by `lumen-ex dev check` (one warm
-# batch per seed): every file under CORPUS_SEEDS, the files nearest the tolerance under CLOSE_SEEDS too.
+# The built-in pack's corpus is graded once for the whole test run, by `lumen-ex dev check` (a warm
+# batch for all the seeds, then one for the close seeds): every file under CORPUS_SEEDS, the files nearest the tolerance under CLOSE_SEEDS too.
 # tests/e2e/test_corpus.py reads the verdicts, tests/e2e/test_seed_stability.py their agreement.
 CORPUS_SEEDS = (1234, 7, 99)
 CLOSE_SEEDS = (1, 2)

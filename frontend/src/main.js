@@ -265,7 +265,8 @@ $("hint").addEventListener("click", async () => {
   const hint = await api.hint(state.slug);
   const p = document.createElement("p");
   p.className = "hint";
-  p.textContent = `Hint ${hint.number} of ${hint.total}: ${hint.text}`;
+  const why = hint.because ? ` (for your last check's first failure: ${hint.because})` : "";
+  p.textContent = `Hint ${hint.number} of ${hint.total}${why}: ${hint.text}`;
   $("hints").append(p);
 });
 

@@ -48,3 +48,22 @@ def test_seeds_choose():
     for bad in (-1, seeds.MAX_SEED + 1, "x", True, 1.5):
         with pytest.raises(UsageError):
             seeds.choose(bad)
+
+
+@pytest.mark.slow
+def test_the_next_hint_answers_the_last_checks_first_failure(tmp_path):
+    """After a check that names "scaled by 1/d_k", `lumen-ex hint` shows the hint about the scale,
+    not hint 1 about transposes; the next call goes back to the hints in order."""
+    from lumen_ex.core import catalog
+
+    ex = catalog.load().find(1)
+    buggy = ex.corpus_dir / "buggy" / "scale_by_dk.py"
+    root = str(workspace_with(tmp_path, 1, buggy))
+    done = _run("check", "1", "--workspace", root, "--sandbox", "none")
+    assert done.returncode == 1, done.stdout + done.stderr
+    first = _run("hint", "1", "--workspace", root).stdout
+    wanted = ex.hint_for["scale-1/d_k"]
+    assert f"hint {wanted + 1} of {len(ex.hints)}" in first and "scale-1/d_k" in first, first
+    assert "sqrt(d_k)" in " ".join(first.split())
+    second = _run("hint", "1", "--workspace", root).stdout
+    assert "hint 1 of" in second and "last check" not in second, second

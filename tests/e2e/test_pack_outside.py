@@ -106,8 +106,10 @@ def softmax(x):
 
 @pytest.mark.slow
 def test_dev_check_says_when_a_verdict_depends_on_the_seed(pack, tmp_path):
-    """One file graded under several seeds, one warm batch per seed: a verdict that changes with the
-    seed is a problem of its own, naming the seeds and the tests that changed."""
+    """One file graded under several seeds, in one warm batch where each (file, seed) has its own seed:
+    a verdict that changes with the seed is a problem of its own, naming the seeds and the tests that
+    changed (so the batch did grade each file under each seed). Over 30 s: the real command grades the
+    pack's files under six seeds."""
     root, _ = pack
     flaky = tmp_path / "flaky"
     shutil.copytree(root, flaky)

@@ -14,9 +14,9 @@ identical across the seeds:
   CLOSE_SEEDS as well. The test below compares each file's per-seed verdicts from the report's
   entries (with dev check's ``verdict_differences``), and also requires dev check to list no
   seed-dependence problem;
-- the hostile attacks in tests/corpus/hostile, under bubblewrap with a fresh worker for every
-  grading, as ``lumen-ex check`` would (they attack the worker, so no worker is reused for them),
-  in a few warm grading processes ("shards", :func:`shard_main`), each of which imports torch,
+- the hostile attacks in tests/corpus/hostile, under bubblewrap with a new worker for every
+  grading (they attack the worker, so no worker is reused for them), forked from a warm zygote as
+  ``lumen-ex grade`` starts them, in a few warm grading processes ("shards", :func:`shard_main`), each of which imports torch,
   pytest and the harness once and then calls ``lumen_ex.harness.check.check_here`` for one job after
   another; every job's worker is launched while the job before it is graded. Two of them are
   graded on the subset of tests tests/sandbox/test_attacks.py uses for them (a hang costs a call's
@@ -66,7 +66,7 @@ class Job:
 
 
 def hostile_jobs() -> list[Job]:
-    """Every hostile file, graded under bwrap with a fresh worker per seed."""
+    """Every hostile file, graded under bwrap with a new worker per seed."""
     return [Job(str(p.relative_to(ROOT)), 1, "bwrap", HOSTILE_SELECT.get(p.stem))
             for p in sorted((CORPUS / "hostile").glob("*.py"))]
 
@@ -76,7 +76,7 @@ def hostile_jobs() -> list[Job]:
 
 
 def grade_file(job: Job, workspace: Path, launched, launcher, seeds) -> list[dict]:
-    """Grade ``job`` under every seed, with a fresh worker each (``launched`` serves the first seed;
+    """Grade ``job`` under every seed, with a new worker each (``launched`` serves the first seed;
     each next seed's worker is launched while this one grades, to overlap its start-up)."""
     from lumen_ex.authoring.devcheck import verdict
     from lumen_ex.core import catalog
@@ -114,6 +114,7 @@ def shard_main(jobs_file: str, out_file: str) -> None:
 
     import torch
 
+    from lumen_ex.classroom.grading_main import forking
     from lumen_ex.core import catalog
     from lumen_ex.harness.check import worker_spec
     from lumen_ex.sandbox.select import HOST_LAUNCHERS
@@ -122,7 +123,10 @@ def shard_main(jobs_file: str, out_file: str) -> None:
     spec = json.loads(Path(jobs_file).read_text())
     seeds, tmp = spec["seeds"], Path(tempfile.mkdtemp(prefix="lumen-seeds-"))
     jobs = [Job(**j) for j in spec["jobs"]]
-    launchers = {name: cls() for name, cls in HOST_LAUNCHERS.items()}
+    # bwrap's workers forked from a warm zygote, as `lumen-ex grade`, watch and the playground start
+    # them (tests/sandbox/test_zygote.py holds forked and fresh workers to the same verdicts): an
+    # attack that kills its worker at every test costs a fork, not a torch import.
+    launchers = {name: forking(cls()) for name, cls in HOST_LAUNCHERS.items()}
     plan = [(job, prepare_workspace(job, tmp)) for job in jobs]
 
     def launch(job, root):
@@ -142,6 +146,8 @@ def shard_main(jobs_file: str, out_file: str) -> None:
         gc.collect()
     if ahead is not None:
         ahead.kill()
+    for launcher in launchers.values():
+        getattr(launcher, "close", lambda: None)()      # the zygote, if any
     shutil.rmtree(tmp, ignore_errors=True)
     Path(out_file).write_text(json.dumps(results))
 
@@ -237,8 +243,8 @@ def test_every_corpus_file_gets_one_verdict_at_every_seed(corpus_report):
 
 @pytest.mark.slow
 def test_every_hostile_file_gets_one_verdict_at_every_seed(hostile_graded):
-    """Over 30 s (about 4 min on two cores): 24 attacks under 3 seeds, each grading with fresh bwrap
-    workers, which most attacks kill at every test (a torch import each time)."""
+    """Over 30 s (about a minute on two cores): 24 attacks under 3 seeds, each grading with new bwrap
+    workers, which most attacks kill at every test (a fork from the zygote each time)."""
     jobs, results, seconds = hostile_graded
     assert len(jobs) >= 20 and len(HOSTILE_SEEDS) >= 3
     assert set(results) == {j.path for j in jobs}

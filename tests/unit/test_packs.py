@@ -143,6 +143,8 @@ def test_dev_check_without_grading_finds_each_problem(tmp_path):
     buggy = folder / "corpus" / "buggy" / "wrong_axis.py"
     buggy.write_text(buggy.read_text().replace("softmax-wrong-axis", "not-a-known-mistake"))
     (folder / "mistakes.py").write_text((folder / "mistakes.py").read_text().replace("CATALOGUE = {", "CATALOG = {"))
+    manifest = folder / "exercise.toml"
+    manifest.write_text(manifest.read_text().replace('"softmax-wrong-axis" = 2', '"softmax-wrong-axes" = 2\nvalues = 9'))
     bad = subprocess.run([LUMEN_EX, "dev", "check", str(tmp_path / "course"), "--no-grade", "--format", "json"],
                          capture_output=True, text=True, timeout=120, cwd="/")
     assert bad.returncode == 1, bad.stdout + bad.stderr
@@ -152,6 +154,19 @@ def test_dev_check_without_grading_finds_each_problem(tmp_path):
     assert "mistakes.py needs CATALOGUE" in problems
     assert "add a '# bug: <what is wrong>' header line" in problems
     assert "'# expect-kind:' must be one of" in problems
+    assert "[hint_for] 'values' = 9 names no hint: number the hints from 1 to 2" in problems
+
+
+def test_dev_check_without_grading_names_a_hint_for_a_mistake_that_does_not_exist(tmp_path):
+    folder = new_pack(tmp_path / "course", slug="softmax", title="Softmax", name="course")
+    manifest = folder / "exercise.toml"
+    manifest.write_text(manifest.read_text().replace('"softmax-wrong-axis" = 2', '"softmax-wrong-axes" = 2'))
+    bad = subprocess.run([LUMEN_EX, "dev", "check", str(tmp_path / "course"), "--no-grade", "--format", "json"],
+                         capture_output=True, text=True, timeout=120, cwd="/")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    problems = [p["what"] for p in json.loads(bad.stdout)["problems"]]
+    assert problems == ["exercise.toml [hint_for] 'softmax-wrong-axes' is neither a known mistake (mistakes.py "
+                        "CATALOGUE, or a generic one) nor a diagnosis kind: correct the name, or remove it"], problems
 
 
 def test_list_json_names_the_packs_and_exercises(tmp_path):

@@ -21,8 +21,9 @@ For every exercise of every pack given (default: the built-in pack), in this ord
 5. every mistake of the exercise's own (CATALOGUE entries beyond the generic ones every suite
    shares) is named, by the first failure or a later one, in a buggy file that got its verdict.
 
-Every grading goes through one warm batch per seed (``lumen-ex grade``'s grading processes, forked
-workers, kept pytest sessions), so a pack of 300 files under 5 seeds costs minutes, not hours.
+Every grading goes through a warm batch (``lumen-ex grade``'s grading processes, forked workers,
+kept pytest sessions): one for every file under every seed, each (file, seed) a student with a seed
+of its own, then one for the close seeds; a pack of 300 files under 5 seeds costs minutes, not hours.
 
 The report counts the corpus verdicts; ``ok`` is False at the first problem (all are listed).
 """
@@ -42,7 +43,7 @@ from lumen_ex.core.catalog import Exercise
 from lumen_ex.core.errors import CatalogError
 from lumen_ex.core.exercise_modules import load as load_module
 from lumen_ex.core.packs import Pack, add_to_path, builtin_root, read_pack
-from lumen_ex.core.results import RunResult, Status
+from lumen_ex.core.results import DIAGNOSIS_KINDS, RunResult, Status
 from lumen_ex.graders.support.mistakes import GENERIC_MISCONCEPTIONS
 
 DEFAULT_SEEDS = (1, 2, 3)
@@ -119,6 +120,13 @@ def dev_check(roots: list[Path] | None = None, *, seeds: tuple[int, ...] = DEFAU
         report.add("manifest", problem)
     known = {ex.dir: _catalogue(ex, report) for ex in report.exercises}
     for ex in report.exercises:
+        if known[ex.dir] is None:      # mistakes.py is reported already; its ids cannot be checked
+            continue
+        names = set(known[ex.dir]) | set(GENERIC_MISCONCEPTIONS) | set(DIAGNOSIS_KINDS)
+        for key in sorted(set(ex.hint_for) - names):
+            report.add(ex.dir, f"exercise.toml [hint_for] {key!r} is neither a known mistake (mistakes.py CATALOGUE, "
+                               "or a generic one) nor a diagnosis kind: correct the name, or remove it")
+    for ex in report.exercises:
         for item in corpus_files(ex):
             for problem in header_problems(item, known[ex.dir] or set()):
                 report.add(item.label, problem)
@@ -162,7 +170,7 @@ class _Case:
 
 def _grade_all(report: Report, *, sandbox: str, jobs: int, progress) -> None:
     """Grade every case under every seed (the stub under the first only: it fails whatever the
-    inputs), then the cases near the tolerance under the close seeds; one warm batch per seed."""
+    inputs) in one warm batch, then the cases near the tolerance under the close seeds in a second."""
     cases = []
     for ex in report.exercises:
         cases += [_Case(ex, "stub", ex.stub_path), _Case(ex, "reference", ex.reference_path)]
@@ -170,26 +178,24 @@ def _grade_all(report: Report, *, sandbox: str, jobs: int, progress) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="lumen-ex-dev-check-"))
     got: dict[str, list[RunResult | None]] = {}   # by case.student
     try:
-        rounds = [(seed, cases if i == 0 else [c for c in cases if c.what != "stub"])
-                  for i, seed in enumerate(report.seeds)]
-        for seed, batch in rounds:
-            _grade_round(report, scratch, batch, seed, sandbox=sandbox, jobs=jobs, progress=progress, got=got)
+        base = [(c, seed) for i, seed in enumerate(report.seeds) for c in cases if i == 0 or c.what != "stub"]
+        _grade_round(report, scratch / "seeds", base, sandbox=sandbox, jobs=jobs, progress=progress, got=got)
         close = [c for c in cases if _is_close(c, got.get(c.student, []))]
-        for seed in report.close_seeds:
-            _grade_round(report, scratch, close, seed, sandbox=sandbox, jobs=jobs, progress=progress, got=got)
+        _grade_round(report, scratch / "close-seeds", [(c, seed) for seed in report.close_seeds for c in close],
+                     sandbox=sandbox, jobs=jobs, progress=progress, got=got)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _grade_round(report: Report, scratch: Path, batch: list[_Case], seed: int, *, sandbox: str, jobs: int,
+def _grade_round(report: Report, root: Path, batch: list[tuple[_Case, int]], *, sandbox: str, jobs: int,
                  progress, got: dict) -> None:
+    """Grade each (case, seed) of ``batch`` in one warm batch, then judge them in that order."""
     if not batch:
         return
-    docs = _grade_batch(scratch / f"seed-{seed}", batch, report.exercises, seed=seed, sandbox=sandbox,
-                        jobs=jobs, progress=progress)
+    docs = _grade_batch(root, batch, report.exercises, sandbox=sandbox, jobs=jobs, progress=progress)
     report.graded += len(batch)
-    for case in batch:
-        result = docs.get(case.student)
+    for case, seed in batch:
+        result = docs.get(_student(case, seed))
         got.setdefault(case.student, []).append(result)
         _judge(report, case, result, seed)
 
@@ -260,26 +266,33 @@ def _same_verdict_at_every_seed(report: Report) -> None:
                                   + "; ".join(changed))
 
 
-def _grade_batch(root: Path, cases: list[_Case], exercises: list[Exercise], *, seed: int, sandbox: str, jobs: int,
+def _student(case: _Case, seed: int) -> str:
+    """The submission that grades ``case`` under ``seed`` (one student per file and seed)."""
+    return f"{case.student}--seed-{seed}"
+
+
+def _grade_batch(root: Path, batch: list[tuple[_Case, int]], exercises: list[Exercise], *, sandbox: str, jobs: int,
                  progress) -> dict[str, RunResult]:
     from lumen_ex.classroom.batch_types import GradeRequest
     from lumen_ex.classroom.scheduler import grade_class
     from lumen_ex.classroom.store import load_document, result_path
 
     subs = root / "submissions"
-    for case in cases:
-        folder = subs / case.student / case.exercise.dir
+    for case, seed in batch:
+        folder = subs / _student(case, seed) / case.exercise.dir
         folder.mkdir(parents=True)
         shutil.copyfile(case.path, folder / case.exercise.file)
-    used = [ex for ex in exercises if any(c.exercise is ex for c in cases)]
+    used = [ex for ex in exercises if any(c.exercise is ex for c, _ in batch)]
+    seeds = {_student(case, seed): seed for case, seed in batch}
     req = GradeRequest(submissions=subs, out=root / "out", exercises=used, jobs=jobs, sandbox=sandbox,
-                       unsafe=sandbox == "none", seed=seed, device="cpu", only_submitted=True)
+                       unsafe=sandbox == "none", seed=batch[0][1], device="cpu", only_submitted=True,
+                       student_seeds=seeds)
     grade_class(req, progress)
     docs = {}
-    for case in cases:
-        doc = load_document(result_path(root / "out", case.student, case.exercise))
+    for case, seed in batch:
+        doc = load_document(result_path(root / "out", _student(case, seed), case.exercise))
         if doc is not None:
-            docs[case.student] = RunResult.from_dict(doc)
+            docs[_student(case, seed)] = RunResult.from_dict(doc)
     return docs
 
 

@@ -81,6 +81,13 @@ hints = [
     "Normalise over the last axis: divide by the sum over dim=-1 (keepdim=True), so that each row sums to 1.",
 ]
 
+# Which hint answers a first failure (a mistake id of mistakes.py, or a diagnosis kind): after a
+# check that failed so, `lumen-ex hint` shows that hint first. Hints are numbered from 1.
+[hint_for]
+"softmax-overflow" = 1
+"softmax-wrong-axis" = 2
+nonfinite = 1
+
 [limits]
 call_seconds = 10
 run_seconds = 60

@@ -37,6 +37,9 @@ class GradeRequest:
     # Grade an exercise only for the submissions that hold its file (dev check: each corpus file is a
     # submission of one exercise); a class is graded on every exercise, a missing file a failing row.
     only_submitted: bool = False
+    # A seed of its own for some students (dev check: one batch grades each corpus file under several
+    # seeds, each (file, seed) a student); the others get the class seed.
+    student_seeds: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

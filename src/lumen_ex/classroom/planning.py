@@ -104,7 +104,7 @@ class Planner:
                     resumed += 1
                     continue
                 wanted += 1
-                jobs.append(Job(len(jobs), sub.student, ex, self.seed, fingerprint=fp, reason=state.reason,
+                jobs.append(Job(len(jobs), sub.student, ex, self._seed_of(sub), fingerprint=fp, reason=state.reason,
                                 name=sub.name))
             if wanted and not req.status_only:
                 self.prepared[sub.student] = prepared
@@ -119,7 +119,12 @@ class Planner:
         problem = prepared.refused or prepared.missing.get(ex.slug, "")
         files = {} if problem else grade_store.hash_files(prepared.workspace / ex.dir)
         return grade_store.fingerprint(name=sub.name, entry=sub.source.name, kind=sub.kind, files=files,
-                                       problem=problem, versions=versions, seed=self.seed, device=self.req.device)
+                                       problem=problem, versions=versions, seed=self._seed_of(sub),
+                                       device=self.req.device)
+
+    def _seed_of(self, sub: Submission) -> int:
+        """The class seed, unless the request gives this student a seed of its own."""
+        return self.req.student_seeds.get(sub.student, self.seed)
 
     def _fingerprint_versions(self) -> dict[str, str]:
         """lumen-ex, the catalogue and, under docker, the grader image's id."""

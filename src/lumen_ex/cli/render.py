@@ -265,8 +265,11 @@ def render_init(con: Console, workspace, directory: Path) -> None:
 
 def render_hint(con: Console, hint, last: bool = True) -> None:
     title = f"hint {hint.index + 1} of {hint.total} · exercise {hint.exercise.number} ({hint.exercise.slug})"
-    con.print(Panel(Text(hint.text), title=title, title_align="left", border_style="cyan"))
-    if last and hint.index + 1 < hint.total:
+    body = Text(hint.text)
+    if hint.because:
+        body = Text.assemble((f"For your last check's first failure ({one_line(hint.because)}):\n", "bold"), body)
+    con.print(Panel(body, title=title, title_align="left", border_style="cyan"))
+    if last and hint.more:
         con.print(Text(f"Run `lumen-ex hint {hint.exercise.number}` again for the next one.", style="dim"))
 
 

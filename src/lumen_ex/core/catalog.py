@@ -43,6 +43,9 @@ class Exercise:
     limits: Limits
     forbidden: tuple[ForbiddenAPI, ...] = ()   # what the learner must write themselves (core/forbidden.py)
     hints: tuple[str, ...] = ()
+    # a first failure's mistake id or diagnosis kind -> the hint (0-based) that answers it: `lumen-ex
+    # hint` shows that one first after such a check ([hint_for] in exercise.toml, numbered from 1)
+    hint_for: dict[str, int] = field(default_factory=dict)
     # scoring group -> Gradescope test visibility (VISIBILITIES); groups not listed are "visible"
     visibility: dict[str, str] = field(default_factory=dict)
     root: Path = field(default_factory=Path, compare=False)   # its folder: PACK/<dir>
@@ -167,6 +170,7 @@ def _exercise(entry: dict, folder: str, pack: Pack) -> Exercise:
         forbidden=forbidden_apis.read(entry.get("forbidden", ()), entry.get("forbidden_api", {}),
                                       pack.forbidden_apis),
         hints=tuple(entry.get("hints", ())),
+        hint_for={str(k): int(v) - 1 for k, v in entry.get("hint_for", {}).items()},
         visibility={str(k): str(v) for k, v in entry.get("visibility", {}).items()},
         root=pack.root / folder,
         pack=pack.label,
@@ -201,6 +205,10 @@ def validate(catalog: Catalog) -> list[str]:
             problems.append(f"{where}: points must be non-negative and add up to more than 0")
         if not ex.hints or any(not h.strip() for h in ex.hints):
             problems.append(f"{where}: give at least one non-empty hint")
+        for key, index in ex.hint_for.items():
+            if not 0 <= index < len(ex.hints):
+                problems.append(f"{where}: [hint_for] {key!r} = {index + 1} names no hint: number the hints "
+                                f"from 1 to {len(ex.hints)}")
         if ex.times.call_seconds <= 0 or ex.times.run_seconds < ex.times.call_seconds:
             problems.append(f"{where}: limits need 0 < call_seconds <= run_seconds")
         for group, seen in ex.visibility.items():

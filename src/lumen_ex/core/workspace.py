@@ -14,10 +14,14 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lumen_ex.core.atomic import write_atomically
 from lumen_ex.core.catalog import Catalog, Exercise, exercises_root
 from lumen_ex.core.errors import UsageError, WorkspaceNotFound
+
+if TYPE_CHECKING:
+    from lumen_ex.core.results import RunResult
 
 MARKER = "lumen-ex.toml"
 STATE_DIR = ".lumen-ex"
@@ -83,20 +87,44 @@ class Workspace:
     def _save(self, data: dict) -> None:
         write_atomically(self._state_file, json.dumps(data, indent=2))
 
-    def record_check(self, slug: str, status: str, score: float, max_score: float) -> None:
+    def record_check(self, slug: str, status: str, score: float, max_score: float,
+                     failure: tuple[str, ...] = ()) -> None:
+        """Remember a check's verdict; ``failure``: what its first failure was (its mistake id and
+        its diagnosis kind, when known), which the next hint is chosen for."""
         data = self.progress()
         entry = data.setdefault("exercises", {}).setdefault(slug, {})
         entry["last_status"], entry["last_score"], entry["max_score"] = status, score, max_score
         entry["best_score"] = max(score, entry.get("best_score", 0.0))
         entry["checks"] = entry.get("checks", 0) + 1
         entry["last_checked"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        entry["last_failure"] = [str(key) for key in failure if key]
         self._save(data)
 
-    def next_hint(self, slug: str, total: int) -> int:
-        """Index of the next hint to show (cycling back to the last one once all are seen)."""
+    def record_result(self, slug: str, result: RunResult) -> None:
+        """:meth:`record_check` for one check's result record."""
+        first = result.first_failure
+        diag = first.diagnosis if first is not None else None
+        failure = (diag.misconception, diag.kind) if diag is not None else ()
+        self.record_check(slug, result.status.value, result.score, result.max_score, failure)
+
+    def hints_revealed(self, slug: str) -> list[int]:
+        """The hints (0-based) shown so far, in the order they were shown."""
+        entry = self.progress().get("exercises", {}).get(slug, {})
+        revealed = entry.get("hints_revealed")
+        if isinstance(revealed, list) and all(isinstance(i, int) for i in revealed):
+            return revealed
+        return list(range(max(0, int(entry.get("hints_shown", 0) or 0))))   # a workspace from before
+
+    def last_failure(self, slug: str) -> list[str]:
+        """What the last check's first failure was (its mistake id, its kind); empty after a pass."""
+        entry = self.progress().get("exercises", {}).get(slug, {})
+        got = entry.get("last_failure") if entry.get("last_status") == "fail" else None
+        return [str(k) for k in got] if isinstance(got, list) else []
+
+    def reveal_hint(self, slug: str, index: int) -> None:
+        """Remember that hint ``index`` (0-based) has been shown."""
         data = self.progress()
         entry = data.setdefault("exercises", {}).setdefault(slug, {})
-        shown = min(entry.get("hints_shown", 0), total)
-        entry["hints_shown"] = min(shown + 1, total)
+        revealed = [i for i in self.hints_revealed(slug) if i != index] + [index]
+        entry["hints_revealed"], entry["hints_shown"] = revealed, len(set(revealed))
         self._save(data)
-        return min(shown, total - 1)

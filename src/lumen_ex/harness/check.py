@@ -63,7 +63,7 @@ def run_check(exercise: str | int, *, workspace: Path | None = None, sandbox: st
                                check_here=functools.partial(check_here, started=started, run_tests=run_tests))
     if record and result.status is not Status.ERROR:
         try:
-            ws.record_check(ex.slug, result.status.value, result.score, result.max_score)
+            ws.record_result(ex.slug, result)
         except OSError as exc:   # a read-only workspace: the grade stands, the progress is not kept
             result.warnings.append(f"your progress was not saved ({exc.strerror or type(exc).__name__}: "
                                    f"{exc.filename or ws.root})")

@@ -66,20 +66,40 @@ class Hint:
     index: int           # 0-based
     total: int
     text: str
+    because: str = ""    # the last check's first failure this hint was chosen for (a mistake id or a kind)
+    more: bool = False   # some hints are not shown yet
+
+
+def choose_hint(ex: catalog_mod.Exercise, revealed: list[int], failure: list[str]) -> tuple[int, str]:
+    """Which hint to show next, and the failure it answers ('' when none): the hint that answers the
+    last check's first failure (its mistake first, then its kind; exercise.toml [hint_for]) unless it
+    was shown already, else the first not shown yet in order; once all are shown, the one that
+    answers the failure again, else the last."""
+    answers = [(ex.hint_for[key], key) for key in failure if key in ex.hint_for]
+    for index, key in answers:
+        if index not in revealed:
+            return index, key
+    unseen = [i for i in range(len(ex.hints)) if i not in revealed]
+    if unseen:
+        return unseen[0], ""
+    return answers[0] if answers else (len(ex.hints) - 1, "")
 
 
 def next_hint(exercise: str, workspace: Path | None = None) -> Hint:
-    """The next hint for ``exercise``: each call reveals one more (remembered per workspace)."""
+    """The next hint for ``exercise`` (see :func:`choose_hint`): each call reveals one more
+    (remembered per workspace)."""
     ex = catalog_mod.load().find(exercise)
     ws = Workspace.find(workspace)
-    i = ws.next_hint(ex.slug, len(ex.hints))
-    return Hint(ex, i, len(ex.hints), ex.hints[i])
+    index, because = choose_hint(ex, ws.hints_revealed(ex.slug), ws.last_failure(ex.slug))
+    ws.reveal_hint(ex.slug, index)
+    more = len(set(ws.hints_revealed(ex.slug))) < len(ex.hints)
+    return Hint(ex, index, len(ex.hints), ex.hints[index], because, more)
 
 
 def seen_hints(exercise: str, workspace: Path | None = None) -> list[Hint]:
-    """The hints of ``exercise`` shown so far, in order (none revealed by asking)."""
+    """The hints of ``exercise`` shown so far, in the order they were shown (none revealed by asking)."""
     ex = catalog_mod.load().find(exercise)
     ws = Workspace.find(workspace)
-    entry = ws.progress().get("exercises", {}).get(ex.slug, {})
-    shown = min(int(entry.get("hints_shown", 0) or 0), len(ex.hints))
-    return [Hint(ex, i, len(ex.hints), ex.hints[i]) for i in range(shown)]
+    revealed = [i for i in ws.hints_revealed(ex.slug) if 0 <= i < len(ex.hints)]
+    more = len(set(revealed)) < len(ex.hints)
+    return [Hint(ex, i, len(ex.hints), ex.hints[i], more=more) for i in revealed]

@@ -229,7 +229,7 @@ class WatchSession:
         self.last_result = result
         self._freeze()
         if self.record and result.status.value != "error":
-            self.workspace.record_check(self.ex.slug, result.status.value, result.score, result.max_score)
+            self.workspace.record_result(self.ex.slug, result)
         return result
 
     # -- waiting for saves ---------------------------------------------------------------------------

@@ -191,7 +191,7 @@ def create_app(service: CheckService, *, token: str, port: int, host: str = "127
         if not ex.hints:
             return JSONResponse({"number": 0, "total": 0, "text": "This exercise has no hints."})
         h = next_hint(ex.slug, ws.root)
-        return JSONResponse({"number": h.index + 1, "total": h.total, "text": h.text})
+        return JSONResponse({"number": h.index + 1, "total": h.total, "text": h.text, "because": h.because})
 
     async def restore(request: Request) -> Response:
         ex = exercise(request)

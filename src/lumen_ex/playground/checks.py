@@ -182,7 +182,7 @@ class CheckService:
 
         if result.status.value != "error":
             try:
-                self.workspace.record_check(session.ex.slug, result.status.value, result.score, result.max_score)
+                self.workspace.record_result(session.ex.slug, result)
             except OSError as exc:
                 result.warnings.append(f"your progress was not saved ({exc.strerror or type(exc).__name__})")
         check.publish("result", {"view": web_view(result), "record": result.to_dict()}, last=True)
