@@ -109,10 +109,13 @@ def test_variants_are_distinguishable_on_the_hidden_inputs(tmp_path, exercise, s
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("exercise", list(EXERCISES), ids=[f"ex{e}" for e in EXERCISES])
 def test_every_value_mistake_can_be_named(tmp_path, exercise):
     """Each variant is a candidate (differs from the reference) on some hidden test's inputs, and every
-    name a variant can carry is in the exercise's catalogue."""
+    name a variant can carry is in the exercise's catalogue. Slow alone (20-30 s: the reference graded
+    under four seeds), free after test_variants_are_distinguishable_on_the_hidden_inputs, which
+    records the same comparisons."""
     catalogue = EXERCISES[exercise][1]
     named, usable = set(), set()
     for i, seed in enumerate(SEEDS):
