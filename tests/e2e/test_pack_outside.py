@@ -237,3 +237,45 @@ def test_the_grader_image_grades_an_instructors_pack(pack, tmp_path, monkeypatch
         assert routed.returncode == 1 and says_forbidden(routed.stdout), routed.stdout[-2000:]
     finally:
         subprocess.run(["docker", "rmi", ref], capture_output=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_a_typo_in_a_packs_suite_is_the_packs_fault_named_once_with_its_line(pack, tmp_path):
+    """A typo in the suite (``ref.softmaxx``): the learner's check blames the pack, by name and
+    version, with the suite's file and line, never lumen-ex; `dev check` reports it once with the
+    whole message (its traceback with --debug) and none of the failures it causes downstream.
+    Over 30 s: a check and two dev checks of the pack (one seed each)."""
+    root, _ = pack
+    typo = tmp_path / "typo"
+    shutil.copytree(root, typo)
+    suite = typo / "101-softmax" / "suite" / "test_softmax.py"
+    text = suite.read_text()
+    assert text.count("ref.softmax(x), \"output\", (\"n\",)") == 1
+    suite.write_text(text.replace("ref.softmax(x), \"output\", (\"n\",)", "ref.softmaxx(x), \"output\", (\"n\",)"))
+    line = 1 + suite.read_text().splitlines().index(
+        next(s for s in suite.read_text().splitlines() if "ref.softmaxx" in s))
+    env = {"LUMEN_EX_PATH": str(typo)}
+    assert run(["init", str(tmp_path / "ws")], env).returncode == 0
+    (tmp_path / "ws" / "101-softmax" / "softmax.py").write_text((typo / "101-softmax" / "reference.py").read_text())
+    checked = run(["check", "101", "--workspace", str(tmp_path / "ws"), "--sandbox", "none", "--format", "json"], env)
+    doc = json.loads(checked.stdout)
+    fault = next(t for t in doc["tests"] if t["diagnosis"] and t["diagnosis"]["kind"] == "grader")
+    assert fault["id"].endswith("test_one_dimensional"), fault
+    assert "AttributeError" in fault["diagnosis"]["summary"] and "has no attribute 'softmaxx'" in \
+        fault["diagnosis"]["summary"], fault
+    hint = fault["diagnosis"]["hint"]
+    assert "exercise pack course@0.1.0" in hint and f"suite/test_softmax.py line {line}" in hint, hint
+    assert "bug in lumen-ex" not in checked.stdout
+    assert fault["diagnosis"]["details"]["line"] == line
+
+    checked = run(["dev", "check", str(typo), "--format", "json", "--seeds", "1", "--close-seeds", "",
+                   "--sandbox", "none"])
+    report = json.loads(checked.stdout)
+    assert checked.returncode == 1 and not report["ok"]
+    problems = report["problems"]
+    assert len(problems) == 1, problems                  # no cascade: stub, reference, corpus, mistakes
+    assert problems[0]["where"] == f"101-softmax/suite/test_softmax.py line {line}"
+    assert "AttributeError" in problems[0]["what"] and "'softmaxx'" in problems[0]["what"]
+    assert report["faults"][0]["frames"][-1].startswith(f"suite/test_softmax.py line {line}")
+    shown = run(["--debug", "dev", "check", str(typo), "--seeds", "1", "--close-seeds", "", "--sandbox", "none"])
+    assert f"suite/test_softmax.py line {line}, in test_one_dimensional" in shown.stdout, shown.stdout[-3000:]

@@ -69,6 +69,9 @@ class Report:
     named: dict[str, set[str]] = field(default_factory=dict)   # exercise dir -> mistakes demonstrated
     graded: int = 0
     files: list[dict] = field(default_factory=list)    # one per grading: dir, where, what, seed, outcome, ok, got
+    # faults of the exercise's own code (its suite, reference, mistakes), each reported once:
+    # (exercise dir, file, line, error) -> {"spoiled": the gradings it spoiled, "frames": the author's traceback}
+    faults: dict[tuple, dict] = field(default_factory=dict)
 
     @property
     def verdicts(self) -> Counter:
@@ -90,6 +93,8 @@ class Report:
                                           in sorted(self.verdicts.items()) if d == ex.dir},
                                "mistakes_named": sorted(self.named.get(ex.dir, ()))} for ex in self.exercises],
                 "files": self.files,
+                "faults": [{"exercise": d, "file": f, "line": n, "error": e, **v}
+                           for (d, f, n, e), v in self.faults.items()],
                 "problems": [{"where": p.where, "what": p.what} for p in self.problems]}
 
 
@@ -133,7 +138,8 @@ def dev_check(roots: list[Path] | None = None, *, seeds: tuple[int, ...] = DEFAU
     if grade and report.exercises and not any(p.where == "manifest" for p in report.problems):
         _grade_all(report, sandbox=sandbox, jobs=jobs, progress=progress)
         _same_verdict_at_every_seed(report)
-        for ex in report.exercises:
+        faulty = _report_faults(report)
+        for ex in [ex for ex in report.exercises if ex.dir not in faulty]:   # no cascade of a fault
             own = set(known[ex.dir] or ()) - set(GENERIC_MISCONCEPTIONS)
             for mistake in sorted(own - report.named.get(ex.dir, set())):
                 report.add(ex.dir, f"the known mistake {mistake!r} is named by no buggy corpus file: add one "
@@ -296,8 +302,40 @@ def _grade_batch(root: Path, batch: list[tuple[_Case, int]], exercises: list[Exe
     return docs
 
 
+def _exercise_fault(case: _Case, result: RunResult | None) -> tuple[tuple, list[str]] | None:
+    """The fault of the exercise's own code that spoiled this grading, if any (harness/plugin.py
+    ``author_fault``, harness/check.py ``suite_error``): (exercise dir, file, line, error) and the
+    author's frames."""
+    for t in result.tests if result is not None else ():
+        d = t.diagnosis.details if t.diagnosis is not None and t.diagnosis.kind == "grader" else {}
+        if d.get("exercise") == case.exercise.dir and d.get("file"):
+            key = (case.exercise.dir, str(d["file"]), d.get("line"), str(d.get("error") or t.diagnosis.summary))
+            return key, [str(f) for f in d.get("frames") or []]
+    return None
+
+
+def _report_faults(report: Report) -> set[str]:
+    """One problem per fault of an exercise's own code, with its file, line and whole message, and
+    how many gradings it spoiled (which are not judged: their verdicts follow from it); the
+    exercises that have one."""
+    for (folder, file, line, error), fault in report.faults.items():
+        spoiled = fault["spoiled"]
+        at = f"{folder}/{file}" + (f" line {line}" if line else "")
+        report.add(at, f"the exercise's own code fails: {error.strip()} (it spoiled {len(spoiled)} grading"
+                       f"{'s' if len(spoiled) != 1 else ''}, e.g. {spoiled[0]}; fix it, then run dev check again)")
+    return {key[0] for key in report.faults}
+
+
 def _judge(report: Report, case: _Case, result: RunResult | None, seed: int) -> None:
     """Compare one grading with what the file must get; count its outcome, list any problem."""
+    fault = _exercise_fault(case, result)
+    if fault is not None:
+        entry = report.faults.setdefault(fault[0], {"spoiled": [], "frames": fault[1]})
+        entry["spoiled"].append(f"{_where(case)} at seed {seed}")
+        report.files.append({"exercise": case.exercise.number, "dir": case.exercise.dir, "where": _where(case),
+                             "what": case.what, "seed": seed, "outcome": "exercise fault", "ok": False,
+                             "got": _describe(result), "verdict": None})
+        return
     before = len(report.problems)
     outcome = _verdict(report, case, result, seed)
     report.files.append({"exercise": case.exercise.number, "dir": case.exercise.dir, "where": _where(case),
@@ -373,7 +411,7 @@ def _describe(result: RunResult) -> str:
     text = f"{result.status.value} {result.score:g}/{result.max_score:g}"
     if first is not None:
         d = first.diagnosis
-        text += f", first failure {first.id}" + (f" [{d.kind}/{d.misconception}] {d.summary[:120]}" if d else "")
+        text += f", first failure {first.id}" + (f" [{d.kind}/{d.misconception}] {d.summary}" if d else "")
     return text
 
 

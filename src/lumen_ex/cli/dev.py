@@ -69,7 +69,7 @@ def check(ctx, packs: tuple[Path, ...], seeds: str, close_seeds: str, sandbox: s
     if fmt == "json":
         click.echo(render_json(report))
     else:
-        render_report(report)
+        render_report(report, debug=bool((ctx.obj or {}).get("debug")))
     ctx.exit(0 if report.ok else 1)
 
 
@@ -82,7 +82,9 @@ def _seeds(option: str, text: str) -> tuple[int, ...]:
         raise UsageError(f"{option} {text!r} is not a list of integers", f"For example {option} 1,2,3") from None
 
 
-def render_report(report) -> None:
+def render_report(report, debug: bool = False) -> None:
+    """The report for a terminal; with ``debug``, the author's traceback under each fault of an
+    exercise's own code."""
     from lumen_ex.cli.render import console
 
     con = console()
@@ -94,6 +96,10 @@ def render_report(report) -> None:
         con.print(Text(one_line(f"  {ex.number} {ex.slug}: {counts or 'not graded'}")), soft_wrap=True)
     for p in report.problems:
         con.print(Text(one_line(f"✗ {p.where}: {p.what}"), style="red"), soft_wrap=True)
+    for (folder, _, _, _), fault in report.faults.items() if debug else ():
+        con.print(Text(f"traceback in {one_line(folder)} (innermost last):", style="bold"))
+        for frame in fault["frames"]:
+            con.print(Text(one_line(f"  {frame}")), soft_wrap=True)
     verdict = "ok" if report.ok else f"{len(report.problems)} problem(s)"
     con.print(Text(f"dev check: {verdict} · {len(report.exercises)} exercise(s), {report.graded} gradings, "
                    f"seeds {', '.join(map(str, report.seeds))}"

@@ -190,6 +190,18 @@ def skip_gpu_tests(tests: list[TestResult], device: str) -> None:
             t.score = t.max_score = 0.0
 
 
+def suite_error(ex, message: str, errors: list[str]) -> Diagnosis:
+    """The hidden suite did not load (or collected nothing): the fault of whoever wrote the
+    exercise, blamed on its pack, with pytest's report of where (its last lines)."""
+    if ex.builtin:
+        hint = f"This is a bug in lumen-ex's exercise {ex.dir}, not in your code: please report it."
+    else:
+        hint = (f"This is a fault in the exercise pack {ex.pack} ({ex.dir}/suite), not in your code: tell whoever "
+                "gave you the exercise (their `lumen-ex dev check` shows it too).")
+    return Diagnosis("grader", message, hint=hint,
+                     details={"pack": ex.pack, "exercise": ex.dir, "file": "suite", "error": errors[0][-2000:]})
+
+
 def _assemble(ex, tests, errors, sandbox: SandboxInfo, *, device, seed, started) -> RunResult:
     import torch  # lazy: not before the worker's launch (see the module docstring)
 
@@ -209,7 +221,7 @@ def _assemble(ex, tests, errors, sandbox: SandboxInfo, *, device, seed, started)
         message = f"{failed} of {len(tests)} tests did not pass"
     if errors:
         tests = [*tests, TestResult("grader", "the hidden suite loaded", "grader", Status.ERROR,
-                                    message=message, diagnosis=Diagnosis("grader", message))]
+                                    message=message, diagnosis=suite_error(ex, message, errors))]
     return RunResult(
         exercise=ex.summary(), status=status, sandbox=sandbox, device=device, seed=seed,
         score=scores.total(t.score for t in tests), max_score=scores.total(t.max_score for t in tests),

@@ -77,7 +77,7 @@ class KeptSession:
 
     def __init__(self, ex, module_file: str, *, seed: int, device: str):   # ex: core.catalog.Exercise
         self.module_file, self.device = module_file, device
-        self.grading = GradingPlugin(None, seed=seed, device=device, suite=ex.suite)
+        self.grading = GradingPlugin(None, seed=seed, device=device, exercise=ex)
         self.loop = _Loop(self.grading, ex.suite_dir)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._main, args=(ex, seed, device), daemon=True,

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import time
+import traceback
+from pathlib import Path
 
 import pytest
 
+from lumen_ex.core.catalog import Exercise
 from lumen_ex.core.results import CheckFailed, Diagnosis, Status, TestResult, take_notes
 from lumen_ex.harness.client import ImportFailed, LearnerError, WorkerFailure
 from lumen_ex.harness.float32_cause import float32_cause
@@ -23,9 +26,10 @@ STATUS_OF_KIND = {"timeout": Status.TIMEOUT, "crash": Status.ERROR, "protocol": 
 
 
 class GradingPlugin:
-    def __init__(self, learner: LearnerModule, *, seed: int, device: str, suite: str):
+    def __init__(self, learner: LearnerModule | None, *, seed: int, device: str, exercise: Exercise):
         self._learner = learner
-        self._suite = suite
+        self._exercise = exercise
+        self._suite = exercise.suite
         self._seed = seed
         self._device = device
         self.results: dict[str, TestResult] = {}
@@ -103,7 +107,7 @@ class GradingPlugin:
             record.status = Status.SKIPPED
             record.message = _skip_reason(report)
         elif report.failed:
-            record.status, record.diagnosis = _classify(call.excinfo)
+            record.status, record.diagnosis = _classify(call.excinfo, self._exercise)
             with_source_line(record.diagnosis, self._learner)
             record.message = record.diagnosis.summary
         notes = take_notes()
@@ -141,7 +145,7 @@ def with_source_line(diag: Diagnosis, learner: LearnerModule) -> None:
         diag.details["code"] = lines[int(number) - 1].strip()[:200]
 
 
-def _classify(excinfo) -> tuple[Status, Diagnosis]:
+def _classify(excinfo, exercise: Exercise | None = None) -> tuple[Status, Diagnosis]:
     exc = excinfo.value if excinfo is not None else None
     if isinstance(exc, CheckFailed):
         diag = exc.diagnosis
@@ -156,9 +160,47 @@ def _classify(excinfo) -> tuple[Status, Diagnosis]:
     elif isinstance(exc, AssertionError):
         diag = Diagnosis("property", (str(exc).strip().splitlines() or ["a check failed"])[0][:300])
     else:
-        diag = Diagnosis("grader", f"the grader itself failed: {type(exc).__name__}: {exc}"[:500],
-                         hint="This is a bug in lumen-ex, not in your code: please report it.")
+        diag = author_fault(excinfo, exercise) if exercise is not None else None
+        if diag is None:
+            diag = Diagnosis("grader", f"the grader itself failed: {type(exc).__name__}: {exc}"[:500],
+                             hint="This is a bug in lumen-ex, not in your code: please report it.")
     return STATUS_OF_KIND.get(diag.kind, Status.FAIL), diag
+
+
+# The most of an exercise author's traceback a diagnosis keeps (its innermost frames).
+AUTHOR_FRAMES = 8
+
+
+def author_fault(excinfo, exercise: Exercise) -> Diagnosis | None:
+    """A test that failed in the exercise's own code (its suite, reference or mistakes, not the
+    learner's): the fault of whoever wrote the exercise, blamed on its pack with the file and line,
+    the whole message, and the author's frames (None when no frame of the traceback is the
+    exercise's: then it is lumen-ex's)."""
+    root = Path(exercise.root).resolve()
+    frames = []
+    for entry in excinfo.traceback:
+        path = Path(str(entry.path))
+        if path.is_absolute() and path.resolve().is_relative_to(root):
+            frames.append((path.resolve().relative_to(root).as_posix(), entry.lineno + 1, entry.name))
+    if not frames:
+        return None
+    exc = excinfo.value
+    rel, line, _ = frames[-1]
+    message = f"{type(exc).__name__}: {exc}"
+    last = excinfo.traceback[-1] if len(excinfo.traceback) else None
+    if last is not None and not Path(str(last.path)).resolve().is_relative_to(root):   # raised in what it called
+        message += f" (raised in {Path(str(last.path)).name} line {last.lineno + 1})"
+    stack = [f"{f} line {n}, in {name}" for f, n, name in frames[-AUTHOR_FRAMES:]]
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    if exercise.builtin:
+        hint = (f"This is a bug in lumen-ex's exercise {exercise.dir} ({rel} line {line}), not in your code: "
+                "please report it.")
+    else:
+        hint = (f"This is a fault in the exercise pack {exercise.pack} ({exercise.dir}/{rel} line {line}), not in "
+                "your code: tell whoever gave you the exercise (their `lumen-ex dev check` shows it too).")
+    return Diagnosis("grader", f"the exercise's own code failed at {rel} line {line}: {message}"[:2000], hint=hint,
+                     details={"pack": exercise.pack, "exercise": exercise.dir, "file": rel, "line": line,
+                              "error": text[:2000], "frames": stack})
 
 
 def _learner_error(exc: LearnerError) -> Diagnosis:

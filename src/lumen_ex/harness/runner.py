@@ -58,7 +58,7 @@ def run_suite(ex: Exercise, learner: LearnerModule | None, *, seed: int, device:
     ``grading``: the GradingPlugin to record with, instead of a new one for ``learner``
     (src/lumen_ex/harness/kept_session.py gives each run its learner).
     """
-    plugin = grading or GradingPlugin(learner, seed=seed, device=device, suite=ex.suite)
+    plugin = grading or GradingPlugin(learner, seed=seed, device=device, exercise=ex)
     here = ex.suite_dir
     one_thread()
     exercise_modules.keep_packs_unwritten()        # pytest's rewritten suite: no __pycache__ in the pack
