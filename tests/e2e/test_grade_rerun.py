@@ -114,6 +114,19 @@ def test_a_rerun_regrades_what_changed_and_says_why(tmp_path):
         assert (out / "results" / key / f"{EX1.dir}.junit.xml").is_file()
         assert (out / "results" / key / f"{EX1.dir}.gradescope.json").is_file()
 
+    # the same version, other points: the results are stale by the exercise's hashed files, and the
+    # regraded one has the new maximum in its document and in the gradebook
+    edited = pack_copy(tmp_path / "edited", version="2099.1.1",
+                       edits={f"{EX1.dir}/exercise.toml": ("\ncontract = 1\n", "\ncontract = 3\n")})
+    env = {"LUMEN_EX_PATH": str(edited)}
+    status = grade([*args, "--status"], tmp_path, env)
+    assert status.stdout.count("the exercise changed: exercise.toml") == 2 and "2 stale" in status.stdout, \
+        status.stdout
+    again = grade([*args, "--student", "alice"], tmp_path, env)
+    assert f"regrading alice {EX1.dir}: the exercise changed: exercise.toml" in again.stdout, again.stdout
+    assert document(out, "alice")["max_score"] == EX1.max_score + 2
+    assert f"{EX1.max_score + 2:g}" in (out / "gradebook.csv").read_text()
+
 
 def _graders_of(out: Path) -> list[int]:
     """Processes whose command line names ``out`` (the grading processes label themselves with it)."""
@@ -193,6 +206,9 @@ def test_a_swap_cut_short_is_finished_by_the_next_run(tmp_path):
     ({"versions": {"lumen_ex": "0.1.0"}}, {"versions": {"lumen_ex": "0.2.0"}}, "lumen-ex 0.1.0 -> 0.2.0"),
     ({"versions": {"image": "sha256:a"}}, {"versions": {"image": "sha256:b"}}, "the grader image sha256:a -> sha256:b"),
     ({"seed": 1}, {"seed": 2}, "the class seed 1 -> 2"),
+    ({"exercise": {"suite/test_a.py": "1", "exercise.toml": "1"}},
+     {"exercise": {"suite/test_a.py": "2", "exercise.toml": "1"}}, "the exercise changed: suite/test_a.py"),
+    ({}, {"exercise": {"exercise.toml": "1"}}, "the exercise changed: exercise.toml"),
 ])
 def test_each_difference_is_named(old, new, expected):
     base = grade_store.fingerprint(name="lee", entry="lee", kind="folder", files={}, problem="",

@@ -181,3 +181,23 @@ def test_list_json_names_the_packs_and_exercises(tmp_path):
     assert ex[101]["slug"] == "softmax" and ex[101]["pack"] == "course@0.1.0" and ex[101]["max_score"] == 5
     assert ex[101]["path"] == "101-softmax/softmax.py" and ex[101]["status"] == "not checked"
     assert ex[1]["slug"] == "attention" and ex[1]["pack"].startswith("lumen-ex@")
+
+
+def test_an_exercise_is_fingerprinted_by_what_it_is_graded_with(tmp_path):
+    """classroom/store.py exercise_files: the suite, reference, mistakes and manifests, not the
+    README, the corpus or the pack's version (the catalogue's version records that)."""
+    from lumen_ex.classroom.store import exercise_files
+
+    ex = BUILTIN.find(1)
+    mine = exercise_files(ex)
+    assert {"exercise.toml", "reference.py", "mistakes.py", "../pack.toml"} <= set(mine)
+    assert any(p.startswith("suite/") for p in mine)
+    assert not [p for p in mine if p.startswith("corpus/") or p.endswith("README.md") or "__pycache__" in p]
+    bumped = pack_copy(tmp_path / "a", version="2099.1.1",
+                       edits={f"{ex.dir}/README.md": ("#", "# edited"), f"{ex.dir}/corpus/correct/einsum_arange.py":
+                              ("import", "import math\nimport")})
+    assert exercise_files(catalog.load(env_with(bumped)).find(1)) == mine
+    edited = pack_copy(tmp_path / "b", edits={f"{ex.dir}/exercise.toml": ("\ncontract = 1\n", "\ncontract = 3\n")})
+    changed = exercise_files(catalog.load(env_with(edited)).find(1))
+    assert [p for p in mine if mine[p] != changed.get(p)] == ["exercise.toml"]
+

@@ -63,6 +63,7 @@ class Planner:
         self.req = req
         self.catalog: Catalog = catalog_mod.load()
         self.out = Path(req.out)
+        self._exercise_files: dict[str, dict[str, str]] = {}    # by exercise folder, hashed once a run
 
     def plan(self) -> tuple[list[Submission], list[Job], int, list[str]]:
         """Which student x exercise to grade, and why: everything whose stored result is no
@@ -118,9 +119,11 @@ class Planner:
         """What this student x exercise is graded from (src/lumen_ex/classroom/store.py ``fingerprint``)."""
         problem = prepared.refused or prepared.missing.get(ex.slug, "")
         files = {} if problem else grade_store.hash_files(prepared.workspace / ex.dir)
+        if ex.dir not in self._exercise_files:
+            self._exercise_files[ex.dir] = grade_store.exercise_files(ex)
         return grade_store.fingerprint(name=sub.name, entry=sub.source.name, kind=sub.kind, files=files,
                                        problem=problem, versions=versions, seed=self._seed_of(sub),
-                                       device=self.req.device)
+                                       device=self.req.device, exercise=self._exercise_files[ex.dir])
 
     def _seed_of(self, sub: Submission) -> int:
         """The class seed, unless the request gives this student a seed of its own."""

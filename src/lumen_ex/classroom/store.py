@@ -9,6 +9,10 @@ Beside each result document (DIR/results/<key>/<exercise>.json) is its **record*
   exercise (the learner's file and the ``.py`` files beside it), or ``problem``, the reason it could
   not be graded (missing, refused);
 - ``versions``: lumen-ex, the exercise catalogue and, under docker, the grader image's id;
+- ``exercise``: the sha256 of every file the exercise is graded with (:func:`exercise_files`: its
+  suite, reference, mistakes and manifest, and its pack's manifest but its version), so that an edit
+  to a pack regrades what it affects even when nobody bumped the version (the version is for
+  people, the hashes for correctness);
 - ``seed`` (the class seed, src/lumen_ex/classroom/planning.py) and ``device``;
 
 and ``result_sha256``, the hash of the document it belongs to (a record and a document that do not
@@ -39,6 +43,7 @@ import json
 import os
 import secrets
 import shutil
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,11 +76,36 @@ def hash_files(folder: Path) -> dict[str, str]:
     return out
 
 
+# What of an exercise's folder a grading does not read: the learner's README and the author's corpus.
+NOT_GRADED_WITH = ("README.md", "corpus", "__pycache__")
+
+
+def exercise_files(ex: Exercise) -> dict[str, str]:
+    """sha256 of every file ``ex`` is graded with, by path in its folder: all but NOT_GRADED_WITH,
+    and its pack's manifest (``../pack.toml``) without its version, which the catalogue's version
+    already records."""
+    root = Path(ex.root)
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if path.is_file() and not path.is_symlink() and not set(rel.parts) & set(NOT_GRADED_WITH):
+            out[rel.as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+    manifest = root.parent / "pack.toml"
+    try:
+        data = tomllib.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return out
+    data.pop("version", None)
+    out["../pack.toml"] = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+    return out
+
+
 def fingerprint(*, name: str, entry: str, kind: str, files: dict[str, str], problem: str,
-                versions: dict[str, str], seed: int, device: str) -> dict:
+                versions: dict[str, str], seed: int, device: str, exercise: dict[str, str] | None = None) -> dict:
     """What one student x exercise would be graded from (see the module's docstring)."""
     return {"entry": {"name": name, "entry": entry, "kind": kind}, "files": dict(sorted(files.items())),
-            "problem": problem, "versions": dict(versions), "seed": seed, "device": device}
+            "problem": problem, "versions": dict(versions), "seed": seed, "device": device,
+            "exercise": dict(sorted((exercise or {}).items()))}
 
 
 def record_path(out: Path, key: str, ex_dir: str) -> Path:
@@ -199,6 +229,13 @@ def differences(old: dict, new: dict) -> list[str]:
         why.append(f"the class seed {old.get('seed')} -> {new['seed']}")
     if old.get("device") != new["device"]:
         why.append(f"the device {old.get('device')} -> {new['device']}")
+    was, now = old.get("exercise"), new.get("exercise") or {}
+    if was is None and now:
+        why.append("no record of the exercise's files it was graded with")
+    elif isinstance(was, dict) and was != now:
+        changed = sorted(p for p in set(was) | set(now) if was.get(p) != now.get(p))
+        why.append("the exercise changed: " + ", ".join(changed[:5]) + (f" and {len(changed) - 5} more"
+                                                                         if len(changed) > 5 else ""))
     return why
 
 
