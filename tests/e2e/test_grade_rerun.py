@@ -2,7 +2,8 @@
 
 Through the real entry point, under bwrap: a student edits a file (regraded, with the reason), a
 result that was a grader error ("no result from the cluster job") is retried, a bumped catalogue
-version makes every result stale (a copy of the built-in pack, through LUMEN_EX_PATH), `--status`
+version makes every result stale (a copy of the built-in pack, through LUMEN_EX_PATH), and so does an
+edit to the pack that nobody gave a new version (the exercise's files are hashed), `--status`
 says all this without grading, `--format` on a resumed run writes the views of kept results, and a
 SIGKILL in the middle of `--force` leaves the results from before it, never a mix.
 """

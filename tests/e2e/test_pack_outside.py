@@ -58,22 +58,29 @@ def pack():
 
 
 @pytest.mark.slow
-def test_dev_check_grades_and_accepts_the_scaffold(pack):
-    """The scaffold passes `dev check` as an author runs it. Over 30 s: the real command, with its
-    grading processes, under 5 seeds."""
+def test_dev_check_grades_and_accepts_the_scaffold(pack, tmp_path):
+    """The scaffold passes `dev check` as an author runs it, and so does a second exercise that
+    `dev new` adds to the same pack. Over 30 s: the real command, with its grading processes, two
+    exercises under 5 seeds."""
     root, _ = pack
-    before = files_of(root)
-    proc = run(["dev", "check", str(root), "--format", "json"])
+    grown = tmp_path / "grown"
+    shutil.copytree(root, grown)
+    added = run(["dev", "new", str(grown), "--slug", "attention-sink", "--title", "Attention sink"])
+    assert added.returncode == 0 and "Added to the pack" in added.stdout, added.stdout + added.stderr
+    assert '"101-softmax", "102-attention-sink"' in (grown / "pack.toml").read_text()
+    before = files_of(grown)
+    proc = run(["dev", "check", str(grown), "--format", "json"])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert files_of(root) == before                   # nothing written into the instructor's pack
+    assert files_of(grown) == before                  # nothing written into the instructor's pack
     doc = json.loads(proc.stdout)
-    (ex,) = doc["exercises"]
-    # Every file under the 3 default seeds; the reference and the correct file under the 2 close seeds
-    # too; the stub once.
-    assert ex["number"] == 101 and ex["corpus"] == {"buggy:fails as declared": 2 * 3, "correct:full marks": 1 * 5,
-                                                     "reference:full marks": 5, "stub:fails": 1}
-    assert doc["seeds"] == [1, 2, 3] and doc["close_seeds"] == [4, 5]
-    assert ex["mistakes_named"] == ["softmax-overflow", "softmax-wrong-axis"]
+    assert [ex["number"] for ex in doc["exercises"]] == [101, 102]
+    for ex in doc["exercises"]:
+        # Every file under the 3 default seeds; the reference and the correct file under the 2 close
+        # seeds too; the stub once; each file against its own exercise only.
+        assert ex["corpus"] == {"buggy:fails as declared": 2 * 3, "correct:full marks": 1 * 5,
+                                "reference:full marks": 5, "stub:fails": 1}, ex
+        assert ex["mistakes_named"] == ["softmax-overflow", "softmax-wrong-axis"]
+    assert doc["seeds"] == [1, 2, 3] and doc["close_seeds"] == [4, 5] and doc["graded"] == 2 * (6 + 5 + 5 + 1)
 
 
 @pytest.mark.slow

@@ -142,6 +142,8 @@ def test_dev_check_without_grading_finds_each_problem(tmp_path):
     (folder / "corpus" / "buggy" / "no_header.py").write_text("def softmax(x):\n    return x\n")
     buggy = folder / "corpus" / "buggy" / "wrong_axis.py"
     buggy.write_text(buggy.read_text().replace("softmax-wrong-axis", "not-a-known-mistake"))
+    overflow = folder / "corpus" / "buggy" / "no_max_subtracted.py"
+    overflow.write_text(overflow.read_text().replace("# expect-kind:", "# expect-knd:"))
     (folder / "mistakes.py").write_text((folder / "mistakes.py").read_text().replace("CATALOGUE = {", "CATALOG = {"))
     manifest = folder / "exercise.toml"
     manifest.write_text(manifest.read_text().replace('"softmax-wrong-axis" = 2', '"softmax-wrong-axes" = 2\nvalues = 9'))
@@ -154,6 +156,7 @@ def test_dev_check_without_grading_finds_each_problem(tmp_path):
     assert "mistakes.py needs CATALOGUE" in problems
     assert "add a '# bug: <what is wrong>' header line" in problems
     assert "'# expect-kind:' must be one of" in problems
+    assert "'# expect-knd:' is not a header lumen-ex reads; did you mean 'expect-kind'?" in problems
     assert "[hint_for] 'values' = 9 names no hint: number the hints from 1 to 2" in problems
 
 
@@ -166,7 +169,8 @@ def test_dev_check_without_grading_names_a_hint_for_a_mistake_that_does_not_exis
     assert bad.returncode == 1, bad.stdout + bad.stderr
     problems = [p["what"] for p in json.loads(bad.stdout)["problems"]]
     assert problems == ["exercise.toml [hint_for] 'softmax-wrong-axes' is neither a known mistake (mistakes.py "
-                        "CATALOGUE, or a generic one) nor a diagnosis kind: correct the name, or remove it"], problems
+                        "CATALOGUE, or a generic one) nor a diagnosis kind: correct the name, or remove it; did you "
+                        "mean 'softmax-wrong-axis'?"], problems
 
 
 def test_list_json_names_the_packs_and_exercises(tmp_path):
@@ -201,3 +205,43 @@ def test_an_exercise_is_fingerprinted_by_what_it_is_graded_with(tmp_path):
     changed = exercise_files(catalog.load(env_with(edited)).find(1))
     assert [p for p in mine if mine[p] != changed.get(p)] == ["exercise.toml"]
 
+
+
+def test_dev_new_adds_an_exercise_to_an_existing_pack(tmp_path):
+    new_pack(tmp_path / "course", slug="softmax", title="Softmax", name="course")
+    folder = new_pack(tmp_path / "course", slug="attention-sink", title="Attention sink")
+    assert folder.name == "102-attention-sink"
+    pack = packs.read_pack(tmp_path / "course")
+    assert pack.folders == ("101-softmax", "102-attention-sink") and pack.version == "0.1.0"
+    cat = catalog.load(env_with(tmp_path / "course"))
+    assert catalog.validate(cat) == [] and cat.find(102).slug == "attention-sink"
+    with pytest.raises(UsageError, match="already has an exercise softmax"):
+        new_pack(tmp_path / "course", slug="softmax", title="Again")
+    with pytest.raises(UsageError, match="already has an exercise 101"):
+        new_pack(tmp_path / "course", slug="other", title="Other", number=101)
+    (tmp_path / "loose").mkdir()
+    (tmp_path / "loose" / "notes.txt").write_text("x")
+    with pytest.raises(UsageError, match="holds no pack.toml"):
+        new_pack(tmp_path / "loose", slug="softmax", title="Softmax")
+
+
+def test_a_pack_chooses_what_a_new_workspace_holds(tmp_path):
+    """pack.toml's workspace: "own" for the course's exercises, others by slug; init's next step is
+    the workspace's first exercise."""
+    new_pack(tmp_path / "course", slug="softmax", title="Softmax", name="course")
+    manifest = tmp_path / "course" / "pack.toml"
+    manifest.write_text(manifest.read_text() + 'workspace = ["own"]\n')
+    made = subprocess.run([LUMEN_EX, "init", str(tmp_path / "ws")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env_with(tmp_path / "course")})
+    assert made.returncode == 0, made.stderr
+    assert sorted(p.name for p in (tmp_path / "ws").iterdir()) == ["101-softmax", "README.md", "lumen-ex.toml"]
+    assert "open 101-softmax/README.md, edit 101-softmax/softmax.py" in made.stdout and "check 101" in made.stdout
+    assert "Start with `101-softmax/README.md`, then go in order." in (tmp_path / "ws" / "README.md").read_text()
+
+    manifest.write_text(manifest.read_text().replace('workspace = ["own"]', 'workspace = ["own", "rope"]'))
+    chosen = catalog.for_workspace(catalog.load(env_with(tmp_path / "course")), packs.discover(env_with(tmp_path / "course")))
+    assert [ex.number for ex in chosen.exercises] == [4, 101]
+    manifest.write_text(manifest.read_text().replace('"rope"', '"ropes"'))
+    with pytest.raises(CatalogError, match="workspace names 'ropes', which is no exercise in use"):
+        catalog.for_workspace(catalog.load(env_with(tmp_path / "course")), packs.discover(env_with(tmp_path / "course")))
+    assert catalog.for_workspace(BUILTIN, packs.discover({})) == BUILTIN     # no pack chooses: every exercise

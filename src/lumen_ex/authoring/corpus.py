@@ -15,6 +15,7 @@ suite does the same (tests/e2e/test_corpus.py).
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,8 +70,21 @@ def header_problems(item: CorpusFile, known: set[str]) -> list[str]:
         problems.append(f"{item.label}: add a '# bug: <what is wrong>' header line")
     if h.get("expect-kind") not in DIAGNOSIS_KINDS:
         problems.append(f"{item.label}: '# expect-kind:' must be one of {', '.join(DIAGNOSIS_KINDS)} "
-                        f"(got {h.get('expect-kind')!r})")
+                        f"(got {h.get('expect-kind')!r}{did_you_mean(h.get('expect-kind'), DIAGNOSIS_KINDS)})")
     if "expect-misconception" in h and h["expect-misconception"] not in known:
         problems.append(f"{item.label}: '# expect-misconception: {h['expect-misconception']}' is not in "
-                        "mistakes.py's CATALOGUE")
+                        f"mistakes.py's CATALOGUE{did_you_mean(h['expect-misconception'], known)}")
+    for key in sorted(set(h) - set(HEADER_KEYS)):     # a comment such as "# note: ..." is fine; a typo is not
+        if did_you_mean(key, HEADER_KEYS):
+            problems.append(f"{item.label}: '# {key}:' is not a header lumen-ex reads{did_you_mean(key, HEADER_KEYS)}")
     return problems
+
+
+# The header lines a corpus file may have (see the module docstring).
+HEADER_KEYS = ("bug", "expect-kind", "expect-misconception", "expect-test", "expect-note")
+
+
+def did_you_mean(got: str | None, names) -> str:
+    """'; did you mean X?' for the name nearest ``got`` among ``names`` ('' when none is near)."""
+    near = difflib.get_close_matches(str(got or ""), sorted(names), n=1, cutoff=0.75)
+    return f"; did you mean {near[0]!r}?" if near else ""

@@ -37,7 +37,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lumen_ex.authoring.corpus import CorpusFile, corpus_files, header_problems
+from lumen_ex.authoring.corpus import CorpusFile, corpus_files, did_you_mean, header_problems
 from lumen_ex.core import catalog as catalog_mod
 from lumen_ex.core.catalog import Exercise
 from lumen_ex.core.errors import CatalogError
@@ -130,7 +130,8 @@ def dev_check(roots: list[Path] | None = None, *, seeds: tuple[int, ...] = DEFAU
         names = set(known[ex.dir]) | set(GENERIC_MISCONCEPTIONS) | set(DIAGNOSIS_KINDS)
         for key in sorted(set(ex.hint_for) - names):
             report.add(ex.dir, f"exercise.toml [hint_for] {key!r} is neither a known mistake (mistakes.py CATALOGUE, "
-                               "or a generic one) nor a diagnosis kind: correct the name, or remove it")
+                               f"or a generic one) nor a diagnosis kind: correct the name, or remove it"
+                               f"{did_you_mean(key, names)}")
     for ex in report.exercises:
         for item in corpus_files(ex):
             for problem in header_problems(item, known[ex.dir] or set()):

@@ -19,27 +19,74 @@ SLUG = re.compile(r"^[a-z][a-z0-9-]*$")
 DEFAULT_NUMBER = 101       # course packs number from 101, so the built-in pack can grow
 
 
-def new_pack(target: Path, *, slug: str, title: str, number: int = DEFAULT_NUMBER, name: str | None = None,
+def new_pack(target: Path, *, slug: str, title: str, number: int | None = None, name: str | None = None,
              version: str = "0.1.0") -> Path:
-    """Write the pack into ``target`` (new or empty); return the exercise's folder."""
+    """Write the pack into ``target`` (new or empty), or add the exercise to the pack already there
+    (its pack.toml lists it; ``number`` defaults to one past the pack's highest); return the
+    exercise's folder."""
     target = Path(target)
+    if (target / "pack.toml").is_file():
+        return add_exercise(target, slug=slug, title=title, number=number)
     if target.exists() and any(target.iterdir()):
-        raise UsageError(f"{target} already exists and is not empty", "Choose a new folder, or empty it first")
+        raise UsageError(f"{target} already exists, is not empty and holds no pack.toml",
+                         "Choose a new folder, empty it first, or name a pack's folder to add an exercise to it")
+    number = DEFAULT_NUMBER if number is None else number
+    _check(slug, title, number)
+    name = name or re.sub(r"[^a-z0-9-]+", "-", target.resolve().name.lower()).strip("-") or "my-pack"
+    if not PACK_NAME.match(name):
+        raise UsageError(f"pack name {name!r} must match {PACK_NAME.pattern}", "Pass --name my-course")
+    return _write_exercise(target, slug=slug, title=title, number=number, name=name, version=version,
+                           with_pack=True)
+
+
+def add_exercise(target: Path, *, slug: str, title: str, number: int | None) -> Path:
+    """Add the scaffold's exercise to the pack at ``target`` and list it in its pack.toml."""
+    from lumen_ex.core.catalog import pack_exercises
+    from lumen_ex.core.errors import CatalogError
+    from lumen_ex.core.packs import read_pack
+
+    try:
+        pack = read_pack(target)
+        numbers = {ex.number: ex.slug for ex in pack_exercises(pack)}
+    except CatalogError as exc:
+        raise UsageError(f"the pack in {target} does not load: {exc}", "Fix it first (lumen-ex dev check)") from None
+    number = max(numbers, default=DEFAULT_NUMBER - 1) + 1 if number is None else number
+    if number in numbers or slug in numbers.values():
+        taken = number if number in numbers else slug
+        raise UsageError(f"the pack {pack.name} already has an exercise {taken}", "Choose another --number or --slug")
+    folder = f"{number:02d}-{slug}"
+    if (target / folder).exists():
+        raise UsageError(f"{target / folder} already exists", "Choose another --number or --slug")
+    _check(slug, title, number)
+    written = _write_exercise(target, slug=slug, title=title, number=number, name=pack.name, version=pack.version,
+                              with_pack=False)
+    manifest = target / "pack.toml"
+    text = manifest.read_text()
+    listed = re.compile(r"^exercises\s*=\s*\[[^\]]*\]", re.M)
+    if not listed.search(text):
+        raise UsageError(f"{manifest} has no exercises = [...] list to add {folder} to", "Add it by hand")
+    folders = [*pack.folders, folder]
+    manifest.write_text(listed.sub("exercises = [" + ", ".join(f'"{f}"' for f in folders) + "]", text, count=1))
+    return written
+
+
+def _check(slug: str, title: str, number: int) -> None:
     if not SLUG.match(slug):
         raise UsageError(f"--slug {slug!r} must be lowercase letters, digits and dashes", "For example --slug softmax")
     if not title.strip() or "\n" in title or '"' in title or "\\" in title:
         raise UsageError("--title must be one line without quotes or backslashes", 'For example --title "Softmax"')
     if number < 1:
         raise UsageError("--number must be 1 or more", f"Course packs usually start at {DEFAULT_NUMBER}")
-    name = name or re.sub(r"[^a-z0-9-]+", "-", target.resolve().name.lower()).strip("-") or "my-pack"
-    if not PACK_NAME.match(name):
-        raise UsageError(f"pack name {name!r} must match {PACK_NAME.pattern}", "Pass --name my-course")
+
+
+def _write_exercise(target: Path, *, slug: str, title: str, number: int, name: str, version: str,
+                    with_pack: bool) -> Path:
     module = slug.replace("-", "_")
     folder = f"{number:02d}-{slug}"
     values = {"NUMBER": str(number), "SLUG": slug, "TITLE": title.strip(), "MODULE": module, "FUNCTION": module,
               "FOLDER": folder, "NAME": name, "VERSION": version}
     files = {
-        "pack.toml": PACK_TOML,
+        **({"pack.toml": PACK_TOML} if with_pack else {}),
         f"{folder}/exercise.toml": EXERCISE_TOML,
         f"{folder}/README.md": README,
         f"{folder}/{module}.py": STUB,
@@ -61,7 +108,8 @@ def new_pack(target: Path, *, slug: str, title: str, number: int = DEFAULT_NUMBE
 
 
 PACK_TOML = '''# An exercise pack (docs/authoring.md): lumen-ex finds it through LUMEN_EX_PATH or --exercises.
-# Bump version whenever an exercise, its points or its hidden suite changes: results record it.
+# Bump version whenever an exercise, its points or its hidden suite changes: results record it (and
+# hash each exercise's files, so that a forgotten bump still regrades what an edit affects).
 format_version = 1
 name = "@NAME@"
 title = "@NAME@"
@@ -69,7 +117,8 @@ version = "@VERSION@"
 exercises = ["@FOLDER@"]
 '''
 
-EXERCISE_TOML = '''# The manifest of one exercise (docs/authoring.md).
+EXERCISE_TOML = '''# The manifest of one exercise (docs/authoring.md). `lumen-ex dev new` wrote this exercise from its
+# softmax template, whatever its slug: edit each file of this folder into your own exercise.
 number = @NUMBER@
 slug = "@SLUG@"
 title = "@TITLE@"
@@ -166,8 +215,8 @@ def value_variants(x) -> list[Variant]:
     """x: the float64 input. Each variant is what a mistaken @FUNCTION@ would return."""
     found = []
     if x.dim() >= 2:
-        found.append(Variant("softmax-wrong-axis", "your output is the softmax over the first axis, not the last: "
-                             "normalise over dim=-1", _softmax(x, 0)))
+        found.append(Variant("softmax-wrong-axis", "your output is the softmax over the first axis, not the last",
+                             _softmax(x, 0), fix="normalise over dim=-1"))
     return found
 
 

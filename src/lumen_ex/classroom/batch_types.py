@@ -28,7 +28,7 @@ class GradeRequest:
     force: bool = False
     unsafe: bool = False
     students: tuple[str, ...] = ()        # only these students (by name); all when empty
-    seed: int | None = None               # one seed for the class; a fresh one per check when None
+    seed: int | None = None               # the class seed; else the recorded one, else a fresh one (store.class_seed)
     device: str = "cpu"
     timeout: float | None = None          # per student x exercise; default: the exercise's limits + a margin
     formats: tuple[str, ...] = ()         # extra views written beside each result document

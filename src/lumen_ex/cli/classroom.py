@@ -284,7 +284,7 @@ def exercises_of(numbers: tuple[str, ...], all_: bool):
 @click.option("--student", "students", multiple=True, help="Only this student (folder or zip name); repeatable.")
 @click.option("--format", "formats", type=click.Choice(FORMATS), multiple=True,
               help="Also write this view beside each result document; repeatable.")
-@click.option("--seed", type=int, default=None, help="One seed for every check (default: a fresh one per check).")
+@click.option("--seed", type=int, default=None, help="One seed for every check of the class (default: the one recorded in OUT/class.json, else a fresh one, recorded).")
 @click.option("--device", type=click.Choice(DEVICES), default="cpu", show_default=True)
 @click.option("--timeout", type=float, default=None,
               help="Seconds one student x exercise may take (default: the exercise's limits + 60 s).")

@@ -21,15 +21,21 @@ def dev() -> None:
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--slug", required=True, help="The exercise's short name: lowercase letters, digits, dashes.")
 @click.option("--title", required=True, help="The exercise's title, one line.")
-@click.option("--number", type=int, default=101, show_default=True,
-              help="Its number (unique across the packs in use; course packs start at 101).")
+@click.option("--number", type=int, default=None,
+              help="Its number (unique across the packs in use): a new pack starts at 101, an existing one "
+                   "takes the next after its highest.")
 @click.option("--name", default=None, help="The pack's name (default: from DIRECTORY).")
-def new(directory: Path, slug: str, title: str, number: int, name: str | None) -> None:
-    """Create a pack in DIRECTORY with one exercise that `lumen-ex dev check` accepts."""
+def new(directory: Path, slug: str, title: str, number: int | None, name: str | None) -> None:
+    """Create a pack in DIRECTORY with one exercise that `lumen-ex dev check` accepts, or add one to
+    the pack already in DIRECTORY. The exercise is a softmax template, whatever its slug: edit its
+    README, stub, reference, mistakes, suite and corpus into your own."""
     from lumen_ex.authoring.scaffold import new_pack
 
+    existing = (Path(directory) / "pack.toml").is_file()
     folder = new_pack(directory, slug=slug, title=title, number=number, name=name)
-    click.echo(one_line(f"Created the pack {directory} with exercise {number} ({slug}) in {folder}"))
+    what = "Added to the pack" if existing else "Created the pack"
+    click.echo(one_line(f"{what} {directory}: exercise {folder.name} ({slug}), a softmax template to edit into "
+                        f"yours, in {folder}"))
     click.echo(f"Next:\n  lumen-ex dev check {one_line(directory)}\n"
                f"  export LUMEN_EX_PATH={one_line(Path(directory).resolve())}   # then init, list, check, grade see it")
 

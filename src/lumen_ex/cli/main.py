@@ -72,19 +72,22 @@ def list_cmd(workspace: Path | None, fmt: str) -> None:
               help="With --ci: where the workflow installs lumen-ex from (a git URL or a wheel's URL); "
                    "the LUMEN_EX_SPEC variable overrides it.")
 def init(directory: Path, ci: str | None, spec: str) -> None:
-    """Create a workspace in DIRECTORY with every exercise's stub and README."""
+    """Create a workspace in DIRECTORY with every exercise's stub and README (a course pack can
+    choose which: its pack.toml's `workspace`, docs/authoring.md)."""
     from lumen_ex.classroom.ci import check_spec
     from lumen_ex.cli.render import console, render_init
-    from lumen_ex.core.catalog import load
+    from lumen_ex.core.catalog import for_workspace, load
+    from lumen_ex.core.packs import discover
     from lumen_ex.core.workspace import Workspace
 
     check_spec(spec)
-    workspace = Workspace.create(directory, load())
-    render_init(console(), workspace, directory)
+    chosen = for_workspace(load(), discover())
+    workspace = Workspace.create(directory, chosen)
+    render_init(console(), workspace, directory, chosen.exercises[0])
     if ci is not None:
         from lumen_ex.classroom.ci import write_ci
 
-        path = write_ci(workspace.root, ci, load(), spec)
+        path = write_ci(workspace.root, ci, chosen, spec)
         click.echo(f"CI: {path.relative_to(workspace.root)} checks every exercise on each push "
                    "(set the LUMEN_EX_SPEC variable to where lumen-ex installs from; docs/classroom.md)")
 

@@ -255,12 +255,13 @@ def render_list(con: Console, workspace, rows) -> None:
         con.print(Text(one_line(f"workspace: {workspace.root}"), style="dim"), soft_wrap=True)
 
 
-def render_init(con: Console, workspace, directory: Path) -> None:
+def render_init(con: Console, workspace, directory: Path, first) -> None:
+    """What init made, and the next step: the workspace's first exercise (``first``)."""
     # soft_wrap: a path is printed whole, never broken across lines, so it can be copied.
     con.print(Text.assemble(("Created a lumen-ex workspace in ", ""), (one_line(workspace.root), "bold")),
               soft_wrap=True)
-    con.print(Text(f"Next:\n  cd {one_line(directory)}\n  open 01-attention/README.md, edit 01-attention/attention.py\n"
-                   "  lumen-ex check 1"))
+    con.print(Text(f"Next:\n  cd {one_line(directory)}\n  open {one_line(first.dir)}/README.md, edit "
+                   f"{one_line(first.path)}\n  lumen-ex check {first.number}"))
 
 
 def render_hint(con: Console, hint, last: bool = True) -> None:

@@ -109,6 +109,27 @@ class Catalog:
         raise UnknownExercise(f"no exercise {key!r}", f"Choose one of: {known}")
 
 
+def for_workspace(cat: Catalog, packs: list[Pack]) -> Catalog:
+    """The exercises a new workspace holds: those the packs in use name in pack.toml's ``workspace``
+    ("own" for the pack's own, any other exercise by slug or number), in catalogue order; every
+    exercise when no pack names any."""
+    naming = [p for p in packs if p.workspace]
+    if not naming:
+        return cat
+    wanted: set[int] = set()
+    for pack in naming:
+        for item in pack.workspace:
+            if item == "own":
+                wanted |= {ex.number for ex in cat.exercises if ex.root.parent == pack.root}
+                continue
+            try:
+                wanted.add(cat.find(item).number)
+            except UnknownExercise:
+                raise CatalogError(f"{pack.root / 'pack.toml'}: workspace names {item!r}, which is no exercise in use",
+                                   'Name "own" or an exercise by slug or number (lumen-ex list)') from None
+    return Catalog(cat.version, tuple(ex for ex in cat.exercises if ex.number in wanted))
+
+
 def exercises_root() -> Path:
     """The built-in pack's folder (WORKSPACE.md, and one folder per built-in exercise)."""
     return builtin_root()

@@ -47,6 +47,9 @@ class Pack:
     builtin: bool = False
     # dotted API -> its [forbidden_api."..."] table: what it is built on (src/lumen_ex/core/forbidden.py)
     forbidden_apis: dict = field(default_factory=dict, compare=False)
+    # which exercises `lumen-ex init` puts in a workspace ("own": this pack's; others by slug or number);
+    # empty: every exercise in use (core/catalog.py for_workspace)
+    workspace: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def label(self) -> str:
@@ -109,7 +112,12 @@ def read_pack(root: Path, *, builtin: bool = False) -> Pack:
     apis = data.get("forbidden_api", {})
     if not isinstance(apis, dict):
         raise CatalogError(f"{root / PACK_FILE}: forbidden_api must be a table of tables", "See docs/authoring.md")
-    return Pack(root.resolve(), name, str(data.get("title", name)), version, tuple(folders), builtin, apis)
+    workspace = data.get("workspace", [])
+    if not (isinstance(workspace, list) and all(isinstance(w, (str, int)) for w in workspace)):
+        raise CatalogError(f"{root / PACK_FILE}: workspace must be a list of \"own\" and exercise slugs or numbers",
+                           'For example workspace = ["own", "attention"]')
+    return Pack(root.resolve(), name, str(data.get("title", name)), version, tuple(folders), builtin, apis,
+                tuple(str(w) for w in workspace))
 
 
 def discover(environ=None) -> list[Pack]:

@@ -53,7 +53,12 @@ class Workspace:
         listing = "\n".join(f"{line:<29} {what}" for ex in catalog.exercises
                             for line, what in ((f"{ex.dir}/README.md", f"exercise {ex.number}: {ex.title}"),
                                                (ex.path, "... the file you edit")))
-        (target / "README.md").write_text((root / "WORKSPACE.md").read_text().replace("@EXERCISES@", listing))
+        builtin = {ex.number for ex in catalog.exercises if ex.builtin}
+        order = (": each exercise builds on the ones before it\n(exercise 2 on 1, 3 on both, 6 on 2; 5 on 1)"
+                 if builtin >= set(range(1, 7)) else ", then go in order")
+        first = catalog.exercises[0].dir if catalog.exercises else ""
+        (target / "README.md").write_text((root / "WORKSPACE.md").read_text().replace("@EXERCISES@", listing)
+                                          .replace("@FIRST@", first).replace("@ORDER@", order))
         for ex in catalog.exercises:
             (target / ex.dir).mkdir()
             for name in (ex.file, "README.md"):   # from the exercise's own pack

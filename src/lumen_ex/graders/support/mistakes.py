@@ -132,9 +132,14 @@ def bound(err: float) -> str:
 
 
 def evidence(variant: Variant, err: float) -> str:
-    """The variant's sentence with the evidence for it: how closely this test's values equal it."""
-    said = f"{variant.sentence} {bound(err)} on this test's input"
-    return f"{said}: {variant.fix}" if variant.fix else said
+    """The variant's sentence with the evidence for it: how closely this test's values equal it,
+    then the fix: "<sentence> to 1e-9 on this test's input: <fix>". A sentence that carries its own
+    fix after a colon (no ``fix=``) is read as sentence and fix, so the evidence never lands after it."""
+    sentence, fix = variant.sentence, variant.fix
+    if not fix and ": " in sentence:
+        sentence, fix = sentence.split(": ", 1)
+    said = f"{sentence} {bound(err)} on this test's input"
+    return f"{said}: {fix}" if fix else said
 
 
 def dtype_misconception(got: torch.dtype, want: torch.dtype) -> str | None:
