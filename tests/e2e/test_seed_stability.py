@@ -40,7 +40,7 @@ from pathlib import Path
 import pytest
 from conftest import CLOSE_SEEDS, CORPUS, CORPUS_SEEDS, ROOT, bwrap_ok
 
-from lumen_ex.authoring.devcheck import verdict_differences
+from lumen_ex.authoring.report import verdict_differences
 
 HOSTILE_SEEDS = (1, 1234, 2**31 - 1)
 SHARDS = 2                       # grading processes, each dealt an equal share of the files
@@ -78,7 +78,7 @@ def hostile_jobs() -> list[Job]:
 def grade_file(job: Job, workspace: Path, launched, launcher, seeds) -> list[dict]:
     """Grade ``job`` under every seed, with a new worker each (``launched`` serves the first seed;
     each next seed's worker is launched while this one grades, to overlap its start-up)."""
-    from lumen_ex.authoring.devcheck import verdict
+    from lumen_ex.authoring.report import verdict
     from lumen_ex.core import catalog
     from lumen_ex.harness.check import check_here, worker_spec
 

@@ -30,19 +30,18 @@ The report counts the corpus verdicts; ``ok`` is False at the first problem (all
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from lumen_ex.authoring.corpus import CorpusFile, corpus_files, did_you_mean, header_problems
+from lumen_ex.authoring.report import Report, verdict, verdict_differences
 from lumen_ex.core import catalog as catalog_mod
 from lumen_ex.core.catalog import Exercise
 from lumen_ex.core.errors import CatalogError
 from lumen_ex.core.exercise_modules import load as load_module
-from lumen_ex.core.packs import Pack, add_to_path, builtin_root, read_pack
+from lumen_ex.core.packs import add_to_path, builtin_root, read_pack
 from lumen_ex.core.results import DIAGNOSIS_KINDS, RunResult, Status
 from lumen_ex.graders.support.mistakes import GENERIC_MISCONCEPTIONS
 
@@ -51,51 +50,6 @@ DEFAULT_CLOSE_SEEDS = (4, 5)
 # A buggy file whose first failure is a value difference at most this many times the tolerance is
 # near the line between pass and fail: it gets the close seeds too.
 CLOSE_RATIO = 10.0
-
-
-@dataclass
-class Problem:
-    where: str                # "01-attention", "01-attention/corpus/buggy/no_scale.py", a pack
-    what: str
-
-
-@dataclass
-class Report:
-    packs: list[Pack]
-    exercises: list[Exercise]
-    seeds: tuple[int, ...]
-    close_seeds: tuple[int, ...] = ()
-    problems: list[Problem] = field(default_factory=list)
-    named: dict[str, set[str]] = field(default_factory=dict)   # exercise dir -> mistakes demonstrated
-    graded: int = 0
-    files: list[dict] = field(default_factory=list)    # one per grading: dir, where, what, seed, outcome, ok, got
-    # faults of the exercise's own code (its suite, reference, mistakes), each reported once:
-    # (exercise dir, file, line, error) -> {"spoiled": the gradings it spoiled, "frames": the author's traceback}
-    faults: dict[tuple, dict] = field(default_factory=dict)
-
-    @property
-    def verdicts(self) -> Counter:
-        """(exercise dir, what, outcome) -> how many gradings had it."""
-        return Counter((f["dir"], f["what"], f["outcome"]) for f in self.files)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def add(self, where: str, what: str) -> None:
-        self.problems.append(Problem(where, what))
-
-    def to_dict(self) -> dict:
-        return {"ok": self.ok, "seeds": list(self.seeds), "close_seeds": list(self.close_seeds), "graded": self.graded,
-                "packs": [{"name": p.name, "version": p.version, "root": str(p.root)} for p in self.packs],
-                "exercises": [{"number": ex.number, "slug": ex.slug, "dir": ex.dir,
-                               "corpus": {f"{what}:{outcome}": n for (d, what, outcome), n
-                                          in sorted(self.verdicts.items()) if d == ex.dir},
-                               "mistakes_named": sorted(self.named.get(ex.dir, ()))} for ex in self.exercises],
-                "files": self.files,
-                "faults": [{"exercise": d, "file": f, "line": n, "error": e, **v}
-                           for (d, f, n, e), v in self.faults.items()],
-                "problems": [{"where": p.where, "what": p.what} for p in self.problems]}
 
 
 def dev_check(roots: list[Path] | None = None, *, seeds: tuple[int, ...] = DEFAULT_SEEDS,
@@ -226,36 +180,6 @@ def _is_close(case: _Case, results: list[RunResult | None]) -> bool:
         except (KeyError, TypeError, ValueError):
             continue
     return False
-
-
-def verdict(result: RunResult) -> dict:
-    """What must not depend on the seed: the status, the score, each test's status, the first
-    failure's test, kind and named mistake (what a corpus header declares), and the notes on passing
-    tests. The diagnoses of later failing tests are not compared: a later test may name a mistake
-    on some inputs only (a near-tie of a bfloat16 variant), which the first failure never does."""
-    first = result.first_failure
-    return {"status": result.status.value, "score": round(result.score, 6),
-            "tests": [[t.id, t.status.value] for t in result.tests],
-            "first": [first.id, first.diagnosis.kind, first.diagnosis.misconception]
-            if first is not None and first.diagnosis is not None else None,
-            "notes": {t.id: t.message for t in result.tests if t.status is Status.PASS and t.message}}
-
-
-def verdict_differences(a: dict, b: dict) -> list[str]:
-    """What differs between two :func:`verdict` s, field by field (per test for tests and notes)."""
-    out = []
-    for key in ("status", "score", "tests", "first", "notes"):
-        x, y = a.get(key), b.get(key)
-        if x == y:
-            continue
-        if key == "tests" and isinstance(x, list) and isinstance(y, list):
-            parts = [f"{p[0]}: {p[1]} -> {q[1]}" for p, q in zip(x, y) if p != q] or [f"{len(x)} -> {len(y)} tests"]
-        elif key == "notes" and isinstance(x, dict) and isinstance(y, dict):
-            parts = [f"{t}: {x.get(t)!r} -> {y.get(t)!r}" for t in sorted(set(x) | set(y)) if x.get(t) != y.get(t)]
-        else:
-            parts = [f"{x} -> {y}"]
-        out.append(f"{key} " + "; ".join(parts))
-    return out
 
 
 def _same_verdict_at_every_seed(report: Report) -> None:
@@ -414,10 +338,3 @@ def _describe(result: RunResult) -> str:
         d = first.diagnosis
         text += f", first failure {first.id}" + (f" [{d.kind}/{d.misconception}] {d.summary}" if d else "")
     return text
-
-
-def render_json(report: Report) -> str:
-    return json.dumps(report.to_dict(), indent=1)
-
-
-

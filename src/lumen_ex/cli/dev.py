@@ -58,7 +58,8 @@ def new(directory: Path, slug: str, title: str, number: int | None, name: str | 
 def check(ctx, packs: tuple[Path, ...], seeds: str, close_seeds: str, sandbox: str, jobs: int, no_grade: bool, only: tuple[str, ...],
           fmt: str) -> None:
     """Validate exercise packs (default: the built-in one): manifests, stub, reference, mistakes, corpus."""
-    from lumen_ex.authoring.devcheck import dev_check, render_json
+    from lumen_ex.authoring.devcheck import dev_check
+    from lumen_ex.authoring.report import render_json
     from lumen_ex.core.errors import UsageError
 
     seed_list, close_list = _seeds("--seeds", seeds), _seeds("--close-seeds", close_seeds)
