@@ -297,7 +297,7 @@ def _verdict(report: Report, case: _Case, result: RunResult | None, seed: int) -
                 report.add(where, f"the suite's scoring groups {sorted(groups)} differ from exercise.toml's "
                                   f"{sorted(ex.points)}")
         return "full marks" if full else result.status.value
-    return _verdict_buggy(report, case, result, where, line)
+    return _verdict_buggy(report, case, result, where, f"at seed {seed}: {line}")
 
 
 def _verdict_buggy(report: Report, case: _Case, result: RunResult, where: str, line: str) -> str:
