@@ -84,7 +84,7 @@ def _total_line(row, a) -> str:
 
 
 def markdown_feedback(row, exercises, assessment) -> str:
-    out = [f"# Feedback for {markdown(row.student)}", "", _total_line(row, assessment), ""]
+    out = [f"# Feedback for {markdown(row.display)}", "", _total_line(row, assessment), ""]
     out += [line for line in _late_lines(assessment)] + ([""] if _late_lines(assessment) else [])
     for ex, result in _results(row, exercises):
         out += [f"## Exercise {ex.number}: {markdown(ex.title)}: {points(result.score)} / "
@@ -147,7 +147,7 @@ def _html_exercise(ex, result: RunResult) -> list[str]:
 
 
 def html_feedback(row, exercises, assessment) -> str:
-    name = html(row.student)
+    name = html(row.display)
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src data:; '
            'style-src \'unsafe-inline\'">',

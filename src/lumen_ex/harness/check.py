@@ -181,11 +181,12 @@ NO_GPU = "no GPU on the grading machine"
 def skip_gpu_tests(tests: list[TestResult], device: str) -> None:
     """Without a GPU, the GPU tests are ``skipped`` whatever else happened: a file that does not
     parse or a run that timed out must not turn them into errors (and make "runs on the GPU"
-    the class's hardest test). With a GPU visible they keep their own outcome."""
+    the class's hardest test), and all say why in the same words (the suite's own skip says "no
+    CUDA device in the sandbox"). With a GPU visible they keep their own outcome."""
     if device == "cuda" or gpu_present():
         return
     for t in tests:
-        if t.group == GPU_GROUP and t.status is not Status.SKIPPED:
+        if t.group == GPU_GROUP:
             t.status, t.message, t.diagnosis = Status.SKIPPED, NO_GPU, None
             t.score = t.max_score = 0.0
 
