@@ -26,3 +26,13 @@ def test_no_fix_and_an_exact_match():
     assert evidence(Variant("x", "your output equals the scores", ZERO), 0.0) == \
         "your output equals the scores exactly on this test's input"
     assert bound(1e-9) == "to 1e-9" and bound(2e-9) == "to 1e-8"
+
+
+def test_a_clipped_sentence_ends_at_a_word_with_an_ellipsis():
+    from lumen_ex.core.untrusted import clip
+
+    text = "a new tensor made without the inputs' dtype: keep the caches in the inputs' dtype"
+    assert clip(text, 200) == text
+    cut = clip(text, 60)
+    assert len(cut) <= 60 and cut.endswith("\u2026") and cut[:-1] in text and text[len(cut) - 1] == " "
+    assert clip("x" * 100, 10) == "x" * 9 + "\u2026"

@@ -27,7 +27,7 @@ from rich.text import Text
 
 from lumen_ex.cli.options import exercises_option
 from lumen_ex.core.options import DEVICES, FORMATS, SANDBOXES
-from lumen_ex.core.untrusted import one_line
+from lumen_ex.core.untrusted import clip, one_line
 
 
 class RateMeter:
@@ -161,14 +161,14 @@ def render_report(con: Console, report, out: Path) -> None:
         for col in ("misconception", "exercise", "students", "what it means"):
             mis.add_column(col)
         for m in report.misconceptions[:8]:
-            mis.add_row(Text(one_line(m.id)), m.exercise.slug, str(len(m.students)), Text(one_line(m.hint[:90]), style="dim"))
+            mis.add_row(Text(one_line(m.id)), m.exercise.slug, str(len(m.students)), Text(one_line(clip(m.hint, 90)), style="dim"))
         con.print(mis)
     hard = Table(title="hardest tests", box=None, header_style="bold")
     for col in ("exercise", "test", "passed"):
         hard.add_column(col)
     for ex in report.exercises:
         for r in [r for r in report.rates if r.exercise.slug == ex.slug][:4]:
-            hard.add_row(ex.slug, Text(one_line(r.name[:60])), f"{r.passed}/{r.ran}")
+            hard.add_row(ex.slug, Text(one_line(clip(r.name, 60))), f"{r.passed}/{r.ran}")
     con.print(hard)
     if report.needs_look:
         con.print(Text(f"{len(report.needs_look)} checks could not be graded (status error):", style="bold red"))

@@ -89,6 +89,16 @@ def visible(text: object) -> str:
     return _UNSAFE.sub(lambda m: _shown(m.group()), str(text))
 
 
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters at a word boundary, with an ellipsis when cut:
+    never "keep the ca"."""
+    if len(text) <= limit:
+        return text
+    cut = text[: max(limit - 1, 1)]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:") + "…"
+
+
 def one_line(text: object) -> str:
     """Like :func:`visible`, and newlines and tabs shown too (``␤``, ``␉``): for a name, a
     title or a table cell, which a line break in the text must not split or end."""
