@@ -126,10 +126,11 @@ class Workspace:
         got = entry.get("last_failure") if entry.get("last_status") == "fail" else None
         return [str(k) for k in got] if isinstance(got, list) else []
 
-    def reveal_hint(self, slug: str, index: int) -> None:
-        """Remember that hint ``index`` (0-based) has been shown."""
+    def reveal_hint(self, slug: str, index: int) -> list[int]:
+        """Remember that hint ``index`` (0-based) has been shown; the hints shown so far, in order."""
         data = self.progress()
         entry = data.setdefault("exercises", {}).setdefault(slug, {})
         revealed = [i for i in self.hints_revealed(slug) if i != index] + [index]
         entry["hints_revealed"], entry["hints_shown"] = revealed, len(set(revealed))
         self._save(data)
+        return revealed

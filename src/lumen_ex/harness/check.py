@@ -194,12 +194,9 @@ def skip_gpu_tests(tests: list[TestResult], device: str) -> None:
 def suite_error(ex, message: str, errors: list[str]) -> Diagnosis:
     """The hidden suite did not load (or collected nothing): the fault of whoever wrote the
     exercise, blamed on its pack, with pytest's report of where (its last lines)."""
-    if ex.builtin:
-        hint = f"This is a bug in lumen-ex's exercise {ex.dir}, not in your code: please report it."
-    else:
-        hint = (f"This is a fault in the exercise pack {ex.pack} ({ex.dir}/suite), not in your code: tell whoever "
-                "gave you the exercise (their `lumen-ex dev check` shows it too).")
-    return Diagnosis("grader", message, hint=hint,
+    from lumen_ex.harness.plugin import blame_hint  # lazy: it imports pytest (see the module docstring)
+
+    return Diagnosis("grader", message, hint=blame_hint(ex, "suite"),
                      details={"pack": ex.pack, "exercise": ex.dir, "file": "suite", "error": errors[0][-2000:]})
 
 

@@ -167,6 +167,15 @@ def _classify(excinfo, exercise: Exercise | None = None) -> tuple[Status, Diagno
     return STATUS_OF_KIND.get(diag.kind, Status.FAIL), diag
 
 
+def blame_hint(exercise: Exercise, where: str) -> str:
+    """Whose fault a failure of the exercise's own code is (``where``: in its folder), and what to do:
+    lumen-ex's for the built-in pack, else the pack's, named with its version."""
+    if exercise.builtin:
+        return f"This is a bug in lumen-ex's exercise {exercise.dir} ({where}), not in your code: please report it."
+    return (f"This is a fault in the exercise pack {exercise.pack} ({exercise.dir}/{where}), not in your code: tell "
+            "whoever gave you the exercise (their `lumen-ex dev check` shows it too).")
+
+
 # The most of an exercise author's traceback a diagnosis keeps (its innermost frames).
 AUTHOR_FRAMES = 8
 
@@ -180,8 +189,9 @@ def author_fault(excinfo, exercise: Exercise) -> Diagnosis | None:
     frames = []
     for entry in excinfo.traceback:
         path = Path(str(entry.path))
-        if path.is_absolute() and path.resolve().is_relative_to(root):
-            frames.append((path.resolve().relative_to(root).as_posix(), entry.lineno + 1, entry.name))
+        path = path.resolve() if path.is_absolute() else None
+        if path is not None and path.is_relative_to(root):
+            frames.append((path.relative_to(root).as_posix(), entry.lineno + 1, entry.name))
     if not frames:
         return None
     exc = excinfo.value
@@ -192,13 +202,8 @@ def author_fault(excinfo, exercise: Exercise) -> Diagnosis | None:
         message += f" (raised in {Path(str(last.path)).name} line {last.lineno + 1})"
     stack = [f"{f} line {n}, in {name}" for f, n, name in frames[-AUTHOR_FRAMES:]]
     text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    if exercise.builtin:
-        hint = (f"This is a bug in lumen-ex's exercise {exercise.dir} ({rel} line {line}), not in your code: "
-                "please report it.")
-    else:
-        hint = (f"This is a fault in the exercise pack {exercise.pack} ({exercise.dir}/{rel} line {line}), not in "
-                "your code: tell whoever gave you the exercise (their `lumen-ex dev check` shows it too).")
-    return Diagnosis("grader", f"the exercise's own code failed at {rel} line {line}: {message}"[:2000], hint=hint,
+    return Diagnosis("grader", f"the exercise's own code failed at {rel} line {line}: {message}"[:2000],
+                     hint=blame_hint(exercise, f"{rel} line {line}"),
                      details={"pack": exercise.pack, "exercise": exercise.dir, "file": rel, "line": line,
                               "error": text[:2000], "frames": stack})
 

@@ -91,8 +91,7 @@ def next_hint(exercise: str, workspace: Path | None = None) -> Hint:
     ex = catalog_mod.load().find(exercise)
     ws = Workspace.find(workspace)
     index, because = choose_hint(ex, ws.hints_revealed(ex.slug), ws.last_failure(ex.slug))
-    ws.reveal_hint(ex.slug, index)
-    more = len(set(ws.hints_revealed(ex.slug))) < len(ex.hints)
+    more = len(set(ws.reveal_hint(ex.slug, index))) < len(ex.hints)
     return Hint(ex, index, len(ex.hints), ex.hints[index], because, more)
 
 
