@@ -360,3 +360,45 @@ def test_watch_has_help_and_is_in_the_readme():
     proc = subprocess.run([LUMEN_EX, "watch", "--help"], capture_output=True, text=True)
     assert proc.returncode == 0 and "Usage: lumen-ex watch" in proc.stdout and "--poll" in proc.stdout
     assert "lumen-ex watch" in (ROOT / "README.md").read_text()
+
+
+@pytest.mark.slow
+def test_exercise_5s_fresh_worker_for_memory_is_launched_in_advance(workspace):
+    """Exercise 5's memory test asks for a fresh worker mid-suite (its baseline is torch alone). In
+    watch mode that worker is a spare launched while the learner reads: handed to the check that
+    needs it, never to two checks, kept when a check failed before needing it, and killed on close.
+    A quadratic file still fails the memory test on the spare; the reference still passes."""
+    from lumen_ex.core import catalog
+
+    ex = catalog.load().find(5)
+    buggy = ex.root / "corpus" / "buggy"
+    reference = ex.reference_path.read_text()
+    target = workspace / ex.dir / ex.file
+    save(target, reference)
+    session = WatchSession("5", workspace=workspace, sandbox=best_sandbox(), seed=7, device="cpu", record=False)
+    try:
+        assert session.check_once().status.value == "pass"       # asks for a fresh worker: launched then
+        assert session.wait_worker() and session.launcher.spare is not None
+        spare = session.launcher.spare
+
+        save(target, (buggy / "no_scale.py").read_text())      # fails before the memory test needs it
+        assert next_change(session) is not None
+        assert session.check_once().status.value == "fail"
+        assert session.launcher.spare is spare and spare.alive()   # unused: kept for the next check
+
+        save(target, (buggy / "full_scores_then_blocks.py").read_text())
+        assert next_change(session) is not None
+        quadratic = session.check_once()
+        memory = next(t for t in quadratic.tests if t.id.endswith("test_memory_linear_in_length"))
+        assert memory.status.value == "fail" and memory.diagnosis.misconception == "quadratic-memory"
+        assert not spare.alive()                                  # used by that check, and killed with it
+        assert session.wait_worker() and session.launcher.spare not in (None, spare)
+
+        save(target, reference + "\n# saved again\n")
+        assert next_change(session) is not None
+        assert session.check_once().status.value == "pass"
+        assert session.wait_worker()
+        last = session.launcher.spare
+    finally:
+        session.close()
+    assert last is not None and not last.alive()                 # closing the session killed it

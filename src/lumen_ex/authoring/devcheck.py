@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lumen_ex.authoring.corpus import CorpusFile, corpus_files, did_you_mean, header_problems
 from lumen_ex.authoring.report import Report, verdict, verdict_differences
+from lumen_ex.classroom.batch_types import Finished, Progress
 from lumen_ex.core import catalog as catalog_mod
 from lumen_ex.core.catalog import Exercise
 from lumen_ex.core.errors import CatalogError
@@ -202,6 +203,35 @@ def _student(case: _Case, seed: int) -> str:
     return f"{case.student}--seed-{seed}"
 
 
+class _DeclaredProgress:
+    """The batch's progress as dev check shows it: each grading said against what its file declares.
+
+    A buggy file (or the stub) that fails is what it should be, not a failure: its line says "fails,
+    as declared", and the running count is of gradings that are not what their file declares (a
+    buggy file that passes, a correct file or the reference that does not, any error). The full
+    judgement (kind, mistake, first failing test) comes after the batch, in the report."""
+
+    def __init__(self, inner: Progress, expected: dict[str, str]):
+        self.inner, self.expected = inner, expected       # student -> "pass" or "fail"
+        self.unexpected = 0
+
+    def begin(self, total: int, resumed: int, students: int, note: str) -> None:
+        self.inner.begin(total, resumed, students, note)
+
+    def finished(self, item: Finished) -> None:
+        r, want = item.result, self.expected.get(item.student, "pass")
+        got = f"{r.status.value} {r.score:g}/{r.max_score:g}"
+        if r.status.value == want:
+            said = f"{got}, as declared"
+        else:
+            self.unexpected += 1
+            said = f"{got}, declared to {want}"
+        self.inner.finished(replace(item, verdict=said, tally=f"{self.unexpected} not as declared"))
+
+    def end(self) -> None:
+        self.inner.end()
+
+
 def _grade_batch(root: Path, batch: list[tuple[_Case, int]], exercises: list[Exercise], *, sandbox: str, jobs: int,
                  progress) -> dict[str, RunResult]:
     from lumen_ex.classroom.batch_types import GradeRequest
@@ -218,7 +248,8 @@ def _grade_batch(root: Path, batch: list[tuple[_Case, int]], exercises: list[Exe
     req = GradeRequest(submissions=subs, out=root / "out", exercises=used, jobs=jobs, sandbox=sandbox,
                        unsafe=sandbox == "none", seed=batch[0][1], device="cpu", only_submitted=True,
                        student_seeds=seeds)
-    grade_class(req, progress)
+    expected = {_student(case, seed): "fail" if case.what in ("stub", "buggy") else "pass" for case, seed in batch}
+    grade_class(req, _DeclaredProgress(progress, expected) if progress is not None else None)
     docs = {}
     for case, seed in batch:
         doc = load_document(result_path(root / "out", _student(case, seed), case.exercise))

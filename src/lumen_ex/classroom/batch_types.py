@@ -65,6 +65,10 @@ class Finished:
     total: int
     failed: int          # checks so far whose status is fail
     errors: int          # checks so far whose status is error
+    # How a caller that knows what each check should give words it (``lumen-ex dev check``: a buggy
+    # file that fails is as declared, not a failure); empty: the status and score, and the counts.
+    verdict: str = ""
+    tally: str = ""
 
 
 class Progress(Protocol):

@@ -121,9 +121,10 @@ class GradeProgress:
         self.now.pop((item.student, item.exercise.slug), None)
         self.meter.add(time.monotonic(), item.done)
         rate, eta = self.meter.per_minute(), clock(self.meter.eta(item.total - item.done))
-        failures = f"{item.failed} failed, {item.errors} errors"
+        failures = item.tally or f"{item.failed} failed, {item.errors} errors"
         r = item.result
-        last = one_line(f"{item.student} {item.exercise.slug}: {r.status.value} {r.score:g}/{r.max_score:g}")
+        last = one_line(f"{item.student} {item.exercise.slug}: "
+                        + (item.verdict or f"{r.status.value} {r.score:g}/{r.max_score:g}"))
         if self.bar is not None:
             self.bar.update(self.task, completed=item.done, rate=f"{rate:.1f}/min", eta=eta, failures=failures,
                             now=self._now_text())

@@ -8,7 +8,7 @@ what the worker *claims* about it, used for feedback such as "your output is on 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -110,9 +110,14 @@ class LearnerModule:
 
     def fresh_worker(self) -> None:
         """Replace the worker with a new one, started now (its memory baseline taken at its hello): a
-        test that measures memory then sees nothing that earlier tests left in the old one."""
-        self._pool.discard()
-        self._pool.spawn()
+        test that measures memory then sees nothing that earlier tests left in the old one.
+
+        It is started without the warm-up of a worker kept in advance (torch's meta kernels and
+        ``torch._dynamo``, src/lumen_ex/sandbox/inside/worker.py): the tests after it run on the
+        CPU, so the warm-up would only delay its hello. A forking launcher forks it as usual."""
+        pool = self._pool
+        pool.discard()
+        pool.spawn(pool.launcher.launch(replace(pool.spec, warm=False)))
 
     @property
     def cuda_available(self) -> bool:

@@ -31,6 +31,7 @@ import signal
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 
 from lumen_ex.sandbox.base import Launcher, WorkerSpec
 from lumen_ex.sandbox.processes import kill_group
@@ -44,19 +45,51 @@ class WatchStopped(RuntimeError):
 
 class GuardedLauncher:
     """The session's launcher, which refuses to start workers once watching is being stopped
-    (a check interrupted by Ctrl-C would otherwise replace the worker it just lost)."""
+    (a check interrupted by Ctrl-C would otherwise replace the worker it just lost).
+
+    It also keeps a spare for a check that asks for a fresh worker in the middle of its suite
+    (exercise 5's memory test, src/lumen_ex/harness/proxy.py ``fresh_worker``: a worker without the
+    warm-up, whose memory baseline is torch alone). Once a check of this session has asked for one,
+    :meth:`keep_spare` launches the next while the learner reads, and :meth:`launch` hands it out
+    instead of starting one then: the check no longer waits for a torch import. A spare no check
+    used (the suite failed before it needed one) is kept for the next check: no learner code ran in it.
+    """
 
     def __init__(self, launcher: Launcher):
         self.inner = launcher
         self.refuse = False
         self._launched: list = []    # what this launcher started and may still be running
+        self.spare = None            # a Launched worker without the warm-up, its hello not read
+        self.spare_spec: WorkerSpec | None = None   # ... and the spec it was launched with
+        self.wants_spare = False     # a check of this session asked for such a worker
 
     def launch(self, spec: WorkerSpec):
         if self.refuse:
             raise WatchStopped("watching is stopping: no new worker")
+        if not spec.warm:
+            self.wants_spare = True
+            if self.spare is not None and self.spare_spec == spec and self.spare.alive():
+                spare, self.spare = self.spare, None
+                return spare
+            self.drop_spare()
         launched = self.inner.launch(spec)
         self._launched = [w for w in self._launched if w.proc.poll() is None] + [launched]
         return launched
+
+    def keep_spare(self, spec: WorkerSpec) -> None:
+        """After a check: launch a spare (``spec`` without the warm-up) if checks here ask for one."""
+        if self.spare is not None and not self.spare.alive():   # it died while waiting
+            self.drop_spare()
+        if self.wants_spare and self.spare is None and not self.refuse:
+            cold = replace(spec, warm=False)
+            self.spare, self.spare_spec = self.inner.launch(cold), cold
+            self._launched.append(self.spare)
+
+    def drop_spare(self) -> None:
+        """Kill the spare, if any, and wait for it (its cgroup removed)."""
+        spare, self.spare = self.spare, None
+        if spare is not None:
+            spare.kill()
 
     def launched(self) -> list:
         """The workers launched here that are still running (a cancelled check kills them)."""
@@ -270,6 +303,7 @@ class Prewarm:
             return
         with deferred_interrupts():   # a Ctrl-C here would orphan the worker and its cgroup
             self.next = _kept_worker_class()(self.launcher.launch(self.spec), self.dead)
+            self.launcher.keep_spare(self.spec)
 
     def take_hello(self) -> bool:
         """Read the waiting worker's hello (it is there: its pipe is readable). False when the
@@ -333,4 +367,5 @@ class Prewarm:
             prepared, self.prepared = self.prepared, None
             prepared.cancel()
         self.discard_next()
+        self.launcher.drop_spare()
         self.reap()

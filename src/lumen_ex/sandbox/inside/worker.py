@@ -49,10 +49,20 @@ def _load_meta_kernels() -> None:
     """torch loads its meta-device kernels (about a second) on the first meta operation, which the
     hidden suites use. A worker started in advance (``+warm``) or the zygote loads them here, before
     any learner code; the variables torch sets meanwhile (TORCHINDUCTOR_CACHE_DIR) are taken out
-    again, so that the learner's code sees the environment as the sandbox made it."""
+    again, so that the learner's code sees the environment as the sandbox made it.
+
+    Most of that second is ``torch._dynamo`` (and sympy), which the wrapper around torch's Python
+    meta kernels imports on its first call: it is imported by name here, so that the warm-up does
+    not depend on which operation happens to be the first to need it. A worker started cold pays it
+    in its first meta test instead; a worker that runs no meta test (the fresh one of exercise 5's
+    memory test, src/lumen_ex/harness/proxy.py) is started without it."""
     environment = dict(os.environ)
+    import torch._dynamo  # noqa: F401  (see above)
+
     on_meta = torch.arange(2, device="meta")
     (on_meta[:, None] <= on_meta[None, :]).sum()
+    scores = torch.empty(1, 2, 2, device="meta")
+    torch.logsumexp(scores @ scores.transpose(-2, -1), dim=-1)
     for name in set(os.environ) - set(environment):
         del os.environ[name]
 
