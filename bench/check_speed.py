@@ -2,13 +2,22 @@
 
     python bench/check_speed.py [--sandbox auto|bwrap|none] [--runs 5]
 
-Target (issue 2): the check takes at most 1.5x the bare torch import, measured in the same run.
-Both numbers are medians of --runs runs after one warm-up run.
+Target (issue 2): the cold check takes at most 1.5x the bare torch import, measured in the same run.
+Then the same command again and again with the background server on (src/lumen_ex/learner/check_server.py,
+in a private runtime folder, stopped at the end): what a learner who types `lumen-ex check 1` a second
+time waits. Every number is a median of --runs runs after one warm-up run (for the warm path, the
+warm-up is the cold check that starts the server).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
 
 from common import LUMEN_EX, import_torch_seconds, median_of, reference_workspace, timed
 
@@ -26,6 +35,23 @@ def main() -> None:
     print(f"python -c 'import torch'        {torch_s:6.2f} s  (median of {args.runs})")
     print(f"lumen-ex check {args.exercise} --sandbox {args.sandbox:<5} {check_s:6.2f} s  (median of {args.runs}, correct solution)")
     print(f"ratio                           {check_s / torch_s:6.2f} x  (target <= 1.5 x)")
+    runtime = Path(tempfile.mkdtemp(prefix="lumen-bench-run-"))
+    warm_env = {**os.environ, "LUMEN_EX_CHECK_SERVER": "on", "CI": "", "XDG_RUNTIME_DIR": str(runtime)}
+    try:
+        timed(check, env=warm_env)                      # cold: starts the server
+        deadline = time.monotonic() + 120
+        while not list(runtime.glob("lumen-ex/*.sock")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        warm_s = median_of(args.runs, lambda: timed(check, env=warm_env))
+    finally:
+        for sock in runtime.glob("lumen-ex/*.sock"):
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(str(sock))
+                s.sendall(b'{"stop": true}\n')
+                s.recv(16)
+        shutil.rmtree(runtime, ignore_errors=True)
+    print(f"the same check again (warm)     {warm_s:6.2f} s  (median of {args.runs}, the background server)")
+    print(f"warm / cold                     {warm_s / check_s:6.2f} x")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ which flake on shared machines).
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import subprocess
@@ -20,11 +21,15 @@ CORPORA = {"attention": EXERCISES / "01-attention" / "corpus", "kv_cache": EXERC
 REFERENCES = {"attention": EXERCISES / "01-attention" / "reference.py", "kv_cache": EXERCISES / "02-kv-cache" / "reference.py"}
 PYTHON = sys.executable
 LUMEN_EX = str(Path(sys.executable).parent / "lumen-ex")
+# A `lumen-ex check` a benchmark runs is cold unless the benchmark says otherwise: a repeated check
+# would otherwise be answered by the background server the first one starts
+# (src/lumen_ex/learner/check_server.py). bench/check_speed.py measures that warm path on purpose.
+os.environ["LUMEN_EX_CHECK_SERVER"] = "off"
 
 
-def timed(cmd: list[str], cwd: Path | None = None, ok_codes=(0,)) -> float:
+def timed(cmd: list[str], cwd: Path | None = None, ok_codes=(0,), env: dict | None = None) -> float:
     started = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
     elapsed = time.perf_counter() - started
     if proc.returncode not in ok_codes:
         raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")

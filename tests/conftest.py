@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -31,6 +32,14 @@ BUILTIN = {ex.suite: ex for ex in catalog.load(environ={}).exercises}
 CORPORA = {suite: ex.corpus_dir for suite, ex in BUILTIN.items()}
 REFERENCES = {suite: ex.reference_path for suite, ex in BUILTIN.items()}
 LUMEN_EX = str(Path(sys.executable).parent / "lumen-ex")   # the installed command, as a user runs it
+
+# A `lumen-ex check` run by a test is graded cold, and starts no background server
+# (src/lumen_ex/learner/check_server.py): tests/e2e/test_check_server.py turns it on for its own checks.
+os.environ["LUMEN_EX_CHECK_SERVER"] = "off"
+
+# Fixtures the test modules share without importing one another (tests/helpers/): the `workspace`
+# made by `lumen-ex init`, for a module that defines none of its own.
+pytest_plugins = ("helpers.cli",)
 
 
 # The tests run on two xdist workers (pyproject.toml: -n 2 --dist loadgroup). Tests that would fight over

@@ -23,9 +23,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import CORPORA
+from conftest import CORPORA, LUMEN_EX
 from docker_support import needs_docker
-from test_cli import LUMEN_EX, run
+from helpers.cli import run
 from test_grade import grade, make_class
 
 from lumen_ex.core import catalog

@@ -8,19 +8,13 @@ normalised before comparing.
 from __future__ import annotations
 
 import json
-import os
-import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import LUMEN_EX  # noqa: F401
+from helpers.cli import REFERENCE_1, SYNTAX_ERROR, compare, normalise, put, run
 
 from lumen_ex.core import catalog
-
-GOLDEN = Path(__file__).parents[1] / "golden"
-REFERENCE_1 = catalog.load(environ={}).find(1).reference_path
-from conftest import LUMEN_EX  # noqa: E402,F401 (shared with other test files)
 
 BUGGY_NO_SCALE = '''
 import torch
@@ -37,44 +31,6 @@ def causal_mask(L_q, L_k=None, device=None):
     return torch.ones(L_q, L_k, dtype=torch.bool, device=device).tril(L_k - L_q)
 '''
 BUGGY_SHAPE = BUGGY_NO_SCALE.replace("return w @ v, w", "return (w @ v).transpose(-2, -1), w")
-SYNTAX_ERROR = "def scaled_dot_product_attention(q, k, v, mask=None)\n    return q\n"
-
-
-def run(args: list[str], cwd: Path, env_extra: dict | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FORCE_COLOR", "CLICOLOR"))}
-    env.update({"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb", **(env_extra or {})})
-    return subprocess.run([LUMEN_EX, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
-
-
-def normalise(text: str, root: Path) -> str:
-    text = text.replace(str(root), "<tmp>")
-    text = re.sub(r"\d+\.\d+ s\b", "<t> s", text)
-    return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
-
-
-def compare(name: str, text: str) -> None:
-    path = GOLDEN / f"{name}.txt"
-    if os.environ.get("LUMEN_EX_UPDATE_GOLDEN"):
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(text)
-    assert path.exists(), f"no golden {path}: run with LUMEN_EX_UPDATE_GOLDEN=1"
-    assert text == path.read_text(), f"output differs from {path} (LUMEN_EX_UPDATE_GOLDEN=1 rewrites it)"
-
-
-@pytest.fixture
-def workspace(tmp_path):
-    proc = run(["init", "ws"], tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    return tmp_path / "ws"
-
-
-def put(ws: Path, source: str | Path, ex: str = "1") -> None:
-    e = catalog.load().find(ex)
-    target = ws / e.dir / e.file
-    if isinstance(source, Path):
-        shutil.copyfile(source, target)
-    else:
-        target.write_text(source)
 
 
 def test_init_creates_the_workspace(tmp_path):

@@ -17,7 +17,7 @@ LUMEN_EX = str(Path(sys.executable).parent / "lumen-ex")
 
 def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([LUMEN_EX, *args], capture_output=True, text=True, timeout=120,
-                          env={"PATH": "/usr/bin:/bin", "COLUMNS": "80"})
+                          env={"PATH": "/usr/bin:/bin", "COLUMNS": "80", "LUMEN_EX_CHECK_SERVER": "off"})
 
 
 def test_hint_all_shows_the_hints_seen_so_far_and_reveals_none(tmp_path):

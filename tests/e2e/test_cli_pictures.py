@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_cli import REFERENCE_1, compare, normalise, put, run, workspace  # noqa: F401,F811  (workspace: a fixture)
+from helpers.cli import REFERENCE_1, compare, normalise, put, run
 from test_pictures import decode_png
 
 SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "result.schema.json"

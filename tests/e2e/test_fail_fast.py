@@ -56,7 +56,7 @@ def test_a_syntax_error_is_reported_once_with_its_line(tmp_path):
     root = workspace_with(tmp_path, 1, SYNTAX_ERROR)
     done = subprocess.run([LUMEN_EX, "check", "1", "--workspace", str(root), "--sandbox", best_sandbox(),
                            "--seed", "2"], capture_output=True, text=True, timeout=300,
-                          env={"PATH": "/usr/bin:/bin", "COLUMNS": "80"})
+                          env={"PATH": "/usr/bin:/bin", "COLUMNS": "80", "LUMEN_EX_CHECK_SERVER": "off"})
     assert done.returncode == 1, done.stdout + done.stderr
     out = done.stdout
     assert "first failure: your file does not parse" in out

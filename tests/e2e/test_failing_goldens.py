@@ -19,8 +19,8 @@ import re
 
 import pytest
 from conftest import workspace_with
+from helpers.cli import compare, normalise
 from rich.console import Console
-from test_cli import compare, normalise
 
 from lumen_ex.cli.render import render_result
 from lumen_ex.core import catalog

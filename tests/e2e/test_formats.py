@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CORPORA, REFERENCES, ROOT, best_sandbox
-from test_cli import run
+from helpers.cli import run
 
 from lumen_ex.core import catalog
 from lumen_ex.core.results import RunResult, points

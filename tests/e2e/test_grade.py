@@ -21,8 +21,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import CORPORA, CORPUS, ROOT, interruptible, requires_bwrap
-from test_cli import LUMEN_EX
+from conftest import CORPORA, CORPUS, LUMEN_EX, ROOT, interruptible, requires_bwrap
 
 from lumen_ex.classroom.submission_limits import SubmissionRefused
 from lumen_ex.classroom.submissions import locate, unwrap

@@ -21,8 +21,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import requires_bwrap
-from test_cli import LUMEN_EX
+from conftest import LUMEN_EX, requires_bwrap
 
 from lumen_ex.classroom import submission_limits, submissions, zips
 from lumen_ex.core import bounded, catalog

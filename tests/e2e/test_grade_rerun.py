@@ -18,8 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import CORPORA, pack_copy, requires_bwrap
-from test_cli import LUMEN_EX
+from conftest import CORPORA, LUMEN_EX, pack_copy, requires_bwrap
 from test_grade import grade, put
 
 from lumen_ex.classroom import store as grade_store

@@ -29,11 +29,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import requires_bwrap, workspace_with
+from conftest import LUMEN_EX, requires_bwrap, workspace_with
 from docker_support import docker_param
 from markdown_it import MarkdownIt
 from rich.console import Console
-from test_cli import LUMEN_EX
 
 from lumen_ex.cli.render import render_result
 from lumen_ex.core import catalog, untrusted

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CORPORA
-from test_cli import SYNTAX_ERROR, run
+from helpers.cli import SYNTAX_ERROR, run
 from test_cli_pictures import MASK_INVERTED
 from test_grade import grade, make_class
 from test_platforms import run_on_host, submission

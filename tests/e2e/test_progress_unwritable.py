@@ -24,7 +24,7 @@ def test_an_unwritable_progress_file_warns_once_and_keeps_the_verdict(tmp_path):
     lumen = Path(sys.executable).parent / "lumen-ex"
     done = subprocess.run([str(lumen), "check", "1", "--workspace", str(root), "--sandbox", best_sandbox(),
                            "--seed", "3"], capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env={"PATH": "/usr/bin:/bin", "COLUMNS": "100"})
+                          env={"PATH": "/usr/bin:/bin", "COLUMNS": "100", "LUMEN_EX_CHECK_SERVER": "off"})
     assert done.returncode == 1, done.stdout + done.stderr     # the stub fails: exit 1, not 3
     assert "Not yet" in done.stdout
     warnings = [line for line in done.stderr.splitlines() if line.startswith("warning:")]

@@ -104,10 +104,14 @@ def init(directory: Path, ci: str | None, spec: str) -> None:
 @click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
 @click.pass_context
 def check(ctx, exercise: str, workspace: Path | None, sandbox: str, fmt: str, seed: int | None, device: str) -> None:
-    """Check EXERCISE (its number or slug) against the hidden tests."""
-    from lumen_ex.harness.check import run_check
+    """Check EXERCISE (its number or slug) against the hidden tests.
 
-    result = run_check(exercise, workspace=workspace, sandbox=sandbox, seed=seed, device=device)
+    After a first check, the next ones of this workspace are answered by a background server of
+    yours that keeps the grader warm (src/lumen_ex/learner/check_server.py): the same check, without
+    the two torch imports. LUMEN_EX_CHECK_SERVER=off turns it off."""
+    from lumen_ex.cli.warm import check_warm_or_cold
+
+    result = check_warm_or_cold(exercise, workspace=workspace, sandbox=sandbox, seed=seed, device=device)
     if fmt != "rich":
         import os
 

@@ -1,0 +1,207 @@
+"""A repeated `lumen-ex check` in the terminal is answered warm by the learner's own background server.
+
+Everything runs for real: the installed command, the server it starts (src/lumen_ex/learner/check_server.py),
+its sandboxed workers. Each test gets a runtime folder of its own (XDG_RUNTIME_DIR) and stops every
+server it started. What is shown:
+
+- the first check is cold and starts the server; the next one is answered by it (its log says so)
+  and prints exactly what a cold check with the same seed prints, and records the same progress;
+- the server serves one workspace, this lumen-ex and these exercises by content: another workspace,
+  an edited pack or another sandbox names another server (the key), so none is asked for what it
+  was not started for;
+- it serves only its own user: a runtime folder open to others is never used, and a connection from
+  another uid (made possible here on purpose) gets no answer;
+- it stops when idle, and on request; with LUMEN_EX_CHECK_SERVER=off or in CI no server is started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REFERENCES, pack_copy, requires_bwrap
+from helpers.cli import normalise, run
+
+from lumen_ex.core.workspace import Workspace
+from lumen_ex.learner import check_server
+
+NO_SCALE = REFERENCES["attention"].read_text().replace("/ math.sqrt(d_k)", "")
+
+
+@pytest.fixture
+def runtime():
+    """A private runtime folder for this test's servers (in /tmp: its parents are open to other
+    users, as a real /run/user is); every server in it is stopped at the end."""
+    folder = Path(tempfile.mkdtemp(prefix="lumen-ex-test-run-"))
+    yield folder
+    _stop_all(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _stop_all(folder: Path) -> None:
+    for sock in (folder / "lumen-ex").glob("*.sock") if (folder / "lumen-ex").is_dir() else ():
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            try:
+                s.settimeout(5)
+                s.connect(str(sock))
+                s.sendall(b'{"stop": true}\n')
+                s.settimeout(60)
+                s.recv(16)
+            except OSError:
+                pass
+    _wait_gone(folder)
+
+
+def _wait_gone(folder: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while list((folder / "lumen-ex").glob("*.sock")) if (folder / "lumen-ex").is_dir() else []:
+        assert time.monotonic() < deadline, "a server did not stop"
+        time.sleep(0.1)
+
+
+def env_for(runtime: Path, **extra) -> dict:
+    return {"XDG_RUNTIME_DIR": str(runtime), check_server.SWITCH_ENV: "on", "CI": "", **extra}
+
+
+def logs(runtime: Path) -> str:
+    return "".join(p.read_text() for p in sorted((runtime / "lumen-ex").glob("*.log")))
+
+
+def wait_for(predicate, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def init(tmp_path: Path, name: str = "ws") -> Path:
+    proc = run(["init", name], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    return tmp_path / name
+
+
+@requires_bwrap
+@pytest.mark.slow
+def test_the_second_check_is_warm_and_prints_what_a_cold_one_prints(tmp_path, runtime):
+    ws = init(tmp_path)
+    (ws / "01-attention" / "attention.py").write_text(NO_SCALE)
+    env = env_for(runtime)
+    first = run(["check", "1", "--seed", "7"], ws / "01-attention", env)
+    assert first.returncode == 1, first.stdout + first.stderr
+    wait_for(lambda: "serving" in logs(runtime))              # started by the cold check, in the background
+    assert "checked" not in logs(runtime)
+
+    warm = run(["check", "1", "--seed", "7"], ws / "01-attention", env)
+    assert re.search(r"checked 01-attention seed 7: fail", logs(runtime)), logs(runtime)
+    assert warm.returncode == 1 and warm.stderr == first.stderr
+    assert normalise(warm.stdout, tmp_path) == normalise(first.stdout, tmp_path)
+
+    # The same record as a cold check's, the same progress recorded, and a fresh seed when none is given.
+    cold_json = run(["check", "1", "--seed", "8", "--format", "json"], ws / "01-attention",
+                    {**env, check_server.SWITCH_ENV: "off"})
+    warm_json = run(["check", "1", "--seed", "8", "--format", "json"], ws / "01-attention", env)
+    strip = lambda d: {k: v for k, v in d.items() if k != "duration"} | {   # noqa: E731
+        "tests": [{k: v for k, v in t.items() if k != "duration"} for t in d["tests"]]}
+    assert strip(json.loads(warm_json.stdout)) == strip(json.loads(cold_json.stdout))
+    progress = Workspace.find(ws).progress()["exercises"]["attention"]
+    assert progress["checks"] == 4 and progress["last_status"] == "fail"     # two cold checks, two warm
+    seeds = {json.loads(run(["check", "1", "--format", "json"], ws / "01-attention", env).stdout)["seed"]
+             for _ in range(2)}
+    assert len(seeds) == 2
+
+    # Another exercise of the same workspace: the server moves to it (one session at a time).
+    assert run(["check", "2"], ws / "02-kv-cache", env).returncode == 1
+    assert re.search(r"checked 02-kv-cache seed \d+: fail", logs(runtime))
+    assert len(list((runtime / "lumen-ex").glob("*.sock"))) == 1
+
+
+@requires_bwrap
+@pytest.mark.slow
+def test_no_server_when_turned_off_or_in_ci_and_it_stops_when_idle(tmp_path, runtime):
+    ws = init(tmp_path)
+    for extra in ({check_server.SWITCH_ENV: "off"}, {"CI": "true"}):
+        assert run(["check", "1"], ws / "01-attention", env_for(runtime, **extra)).returncode == 1
+        assert not (runtime / "lumen-ex").exists() or not list((runtime / "lumen-ex").iterdir())
+    run(["check", "1"], ws / "01-attention", env_for(runtime, **{check_server.IDLE_ENV: "3"}))
+    wait_for(lambda: "serving" in logs(runtime))
+    wait_for(lambda: "stopped" in logs(runtime), timeout=90)   # no check came: it stopped by itself
+    _wait_gone(runtime)
+
+
+def test_a_server_is_for_one_workspace_sandbox_and_set_of_exercises_by_content(tmp_path, monkeypatch):
+    a, b = init(tmp_path, "a"), init(tmp_path, "b")
+    key = check_server.server_key(a, "bwrap", "auto")
+    assert key == check_server.server_key(a, "bwrap", "auto")
+    assert key != check_server.server_key(b, "bwrap", "auto")
+    assert key != check_server.server_key(a, "none", "auto")
+    assert key != check_server.server_key(a, "bwrap", "cpu")
+    pack = pack_copy(tmp_path)
+    monkeypatch.setenv("LUMEN_EX_PATH", str(pack))
+    with_pack = check_server.server_key(a, "bwrap", "auto")
+    assert with_pack != key                                   # another pack in use
+    suite = next(pack.glob("01-*/suite/*.py"))
+    suite.write_text(suite.read_text() + "\n# edited, same version\n")
+    assert check_server.server_key(a, "bwrap", "auto") != with_pack   # an edit, with no version bump
+
+
+def test_a_runtime_folder_that_others_can_open_is_never_used(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    folder = check_server.runtime_dir(create=True)
+    assert folder == tmp_path / "lumen-ex" and folder.stat().st_mode & 0o777 == 0o700
+    folder.chmod(0o755)
+    assert check_server.runtime_dir() is None
+    folder.chmod(0o700)
+    shutil.rmtree(folder)
+    target = tmp_path / "elsewhere"
+    target.mkdir(mode=0o700)
+    folder.symlink_to(target)                                  # a link is never followed
+    assert check_server.runtime_dir() is None and check_server.runtime_dir(create=True) is None
+
+
+@requires_bwrap
+@pytest.mark.slow
+def test_another_user_gets_no_answer(tmp_path, runtime):
+    """With the folder opened on purpose, a connection from uid 65534 is accepted by the kernel and
+    closed by the server without a word (nor a check); the server goes on serving its own user."""
+    ws = init(tmp_path)
+    env = env_for(runtime)
+    run(["check", "1"], ws / "01-attention", env)
+    wait_for(lambda: "serving" in logs(runtime))
+    folder = runtime / "lumen-ex"
+    sock = next(folder.glob("*.sock"))
+    for path in (runtime, folder, sock):
+        path.chmod(0o777)
+    answer_r, answer_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # the other user
+        try:
+            os.close(answer_r)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(120)
+                s.connect(str(sock))
+                s.sendall(b'{"exercise": "1", "seed": 7, "note": ""}\n')
+                os.write(answer_w, b"got:" + s.recv(1 << 16))
+        except BaseException as exc:  # noqa: BLE001
+            os.write(answer_w, f"error:{type(exc).__name__}".encode())
+        finally:
+            os._exit(0)
+    os.close(answer_w)
+    os.waitpid(pid, 0)
+    said = os.read(answer_r, 1 << 16)
+    # connected, then closed without an answer (a reset: the server did not even read the request)
+    assert said in (b"got:", b"error:ConnectionResetError"), said
+    for path in (sock, folder, runtime):
+        path.chmod(0o700 if path != sock else 0o600)
+    assert "checked" not in logs(runtime)
+    assert run(["check", "1", "--seed", "7"], ws / "01-attention", env).returncode == 1
+    assert "checked 01-attention seed 7" in logs(runtime)    # its own user is still served
