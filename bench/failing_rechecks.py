@@ -1,6 +1,13 @@
 """How fast `lumen-ex watch` answers a save of a FAILING file, for every exercise, measured in one run.
 
-    python bench/failing_rechecks.py [--sandbox bwrap|none] [--per-exercise 8] [--passing 3] [-e 5]
+    python bench/failing_rechecks.py [--via watch|playground|check] [--sandbox bwrap|none]
+                                     [--per-exercise 8] [--passing 3] [-e 5]
+
+``--via playground`` measures the same files through a `lumen-ex serve` process instead: each one
+posted as the editor's text (Ctrl+Enter), from the request to the result event
+(bench/playground_latency.py ``Server``). ``--via check`` types `lumen-ex check N` in a terminal
+again and again: the command itself, answered by the background server the first check starts
+(src/lumen_ex/learner/check_server.py), process start and rendering included.
 
 A learner spends most of their time on failing checks, so this saves each exercise's buggy corpus
 files (src/lumen_ex/exercises/<NN-slug>/corpus/buggy/, the first --per-exercise of them in name
@@ -17,6 +24,8 @@ failing check at most 1.5x a passing one, for every exercise.
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import statistics
 import sys
 import time
@@ -58,8 +67,71 @@ def measure(ex, files: list[Path], passing: int, sandbox: str) -> tuple[list[flo
     return failing, passed, statuses
 
 
+def measure_playground(ex, files: list[Path], passing: int, sandbox: str):
+    from playground_latency import Server
+    from watch_latency import wait_idle
+
+    server = Server(reference_workspace(), sandbox)
+    failing, passed, statuses = [], [], []
+    reference = ex.reference_path.read_text()
+    try:
+        server.call("GET", f"/api/exercises/{ex.slug}")          # the page opens the exercise: it warms
+        wait_idle(server.proc.pid)
+        server.check(reference, ex.slug)                        # the first check: not counted
+        for text, into in [*((f.read_text(), failing) for f in files), *((reference, passed),) * passing]:
+            wait_idle(server.proc.pid)
+            if into is passed:
+                text += f"\n# save {len(passed)}\n"
+            elapsed, status = server.check(text, ex.slug)
+            into.append(elapsed)
+            statuses.append(status)
+    finally:
+        server.stop()
+    return failing, passed, statuses
+
+
+def measure_check(ex, files: list[Path], passing: int, sandbox: str):
+    import json
+    import shutil
+    import socket
+    import subprocess
+    import tempfile
+
+    from common import LUMEN_EX
+    from watch_latency import wait_idle
+
+    ws = reference_workspace()
+    runtime = Path(tempfile.mkdtemp(prefix="lumen-bench-run-"))
+    env = {**os.environ, "LUMEN_EX_CHECK_SERVER": "on", "CI": "", "XDG_RUNTIME_DIR": str(runtime), "COLUMNS": "100"}
+    command = [LUMEN_EX, "check", str(ex.number), "--workspace", str(ws), "--sandbox", sandbox]
+    failing, passed, statuses = [], [], []
+    reference = ex.reference_path.read_text()
+    target = ws / ex.dir / ex.file
+    try:
+        subprocess.run(command, env=env, capture_output=True)  # cold: starts the server; not counted
+        subprocess.run(command, env=env, capture_output=True)  # the server's first check: not counted
+        log = "".join(p.read_text() for p in runtime.glob("lumen-ex/*.log"))
+        server = int(re.search(r"\[(\d+)\] serving", log).group(1))
+        for text, into in [*((f.read_text(), failing) for f in files), *((reference, passed),) * passing]:
+            wait_idle(server)                                  # the learner edits: the next worker gets ready
+            write(target, text)
+            t0 = time.perf_counter()
+            proc = subprocess.run([*command, "--format", "json"], env=env, capture_output=True, text=True)
+            into.append(time.perf_counter() - t0)
+            statuses.append(json.loads(proc.stdout)["status"] if proc.stdout.strip() else "?")
+    finally:
+        for sock in runtime.glob("lumen-ex/*.sock"):
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(str(sock))
+                s.sendall(b'{"stop": true}\n')
+                s.recv(16)
+        shutil.rmtree(runtime, ignore_errors=True)
+    return failing, passed, statuses
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--via", choices=("watch", "playground", "check"), default="watch")
     parser.add_argument("--sandbox", default=None, help="bwrap or none (default: bwrap where it works)")
     parser.add_argument("--per-exercise", type=int, default=8, help="buggy files saved per exercise")
     parser.add_argument("--passing", type=int, default=3, help="saves of the reference per exercise")
@@ -71,11 +143,14 @@ def main() -> None:
     sandbox = args.sandbox or ("bwrap" if BwrapLauncher.availability().ok else "none")
     cat = catalog.load(environ={})
     chosen = [cat.find(e) for e in args.exercise] if args.exercise else list(cat.exercises)
-    print(f"failing re-checks in `lumen-ex watch` (--sandbox {sandbox}), seconds")
+    how = {"watch": measure, "playground": measure_playground, "check": measure_check}[args.via]
+    shown = {"watch": "`lumen-ex watch`", "playground": "the playground (`lumen-ex serve`)",
+             "check": "`lumen-ex check` again (the background server)"}[args.via]
+    print(f"failing re-checks in {shown} (--sandbox {sandbox}), seconds")
     print(f"{'exercise':<22}{'files':>6}{'fail median':>13}{'fail worst':>12}{'pass median':>13}{'fail/pass':>11}")
     for ex in chosen:
         files = sorted(ex.corpus_dir.glob("buggy/*.py"))[: args.per_exercise]
-        failing, passing, statuses = measure(ex, files, args.passing, sandbox)
+        failing, passing, statuses = how(ex, files, args.passing, sandbox)
         if statuses[len(files):] != ["pass"] * args.passing:
             raise SystemExit(f"{ex.slug}: the reference did not pass: {statuses}")
         fail_median, pass_median = statistics.median(failing), statistics.median(passing)

@@ -66,10 +66,10 @@ class Server:
             raise SystemExit(f"{method} {path}: {response.status} {data}")
         return data
 
-    def check(self, text: str) -> tuple[float, str]:
-        base = self.call("GET", "/api/exercises/attention/file")["digest"]
+    def check(self, text: str, slug: str = "attention") -> tuple[float, str]:
+        base = self.call("GET", f"/api/exercises/{slug}/file")["digest"]
         t0 = time.perf_counter()
-        started = self.call("POST", "/api/exercises/attention/check", {"text": text, "base": base})
+        started = self.call("POST", f"/api/exercises/{slug}/check", {"text": text, "base": base})
         last = self.call("GET", f"/api/checks/{started['check']}/events")
         elapsed = time.perf_counter() - t0
         return elapsed, (last or {}).get("view", {}).get("status", "?")
