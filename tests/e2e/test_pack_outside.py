@@ -286,3 +286,52 @@ def test_a_typo_in_a_packs_suite_is_the_packs_fault_named_once_with_its_line(pac
     assert report["faults"][0]["frames"][-1].startswith(f"suite/test_softmax.py line {line}")
     shown = run(["--debug", "dev", "check", str(typo), "--seeds", "1", "--close-seeds", "", "--sandbox", "none"])
     assert f"suite/test_softmax.py line {line}, in test_one_dimensional" in shown.stdout, shown.stdout[-3000:]
+
+
+def doc_commands(path: Path) -> list[str]:
+    """The command lines of a document's ```bash blocks, as written (comments kept: bash drops them)."""
+    lines, inside = [], False
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            inside = line.strip() == "```bash"
+            continue
+        if inside and line.strip():
+            lines.append(line)
+    return lines
+
+
+@pytest.mark.slow
+def test_docs_authoring_md_runs_as_written(tmp_path):
+    """docs/authoring.md's commands, word for word, in one shell with a fresh home folder: a pack made
+    by `dev new`, accepted by `dev check`, listed, a workspace made and checked, a class graded. The
+    one thing the walk adds is a class to grade (the document assumes the instructor has one). The
+    image build is left to test_the_grader_image_grades_an_instructors_pack, which builds the image of
+    a pack (a second build here would add a minute). Over 30 s: dev check grades the scaffold."""
+    commands = doc_commands(ROOT / "docs" / "authoring.md")
+    assert any(c.startswith("lumen-ex dev new ~/course-pack") for c in commands), commands
+    home = tmp_path / "home"
+    home.mkdir()
+    script = []
+    for number, command in enumerate(commands):
+        if command.startswith("lumen-ex image build"):
+            continue
+        if command.startswith("lumen-ex grade submissions/"):
+            script.append("mkdir -p submissions/alice/101-softmax submissions/bob/101-softmax && "
+                          "cp ~/course-pack/101-softmax/reference.py submissions/alice/101-softmax/softmax.py && "
+                          "cp ~/course-pack/101-softmax/softmax.py submissions/bob/101-softmax/softmax.py")
+        script.append(f"{command}\necho \"rc {number} $?\"")
+    env = {k: v for k, v in os.environ.items() if k != "LUMEN_EX_PATH"}
+    env.update({"HOME": str(home), "PATH": f"{Path(LUMEN_EX).parent}:{env.get('PATH', '/usr/bin:/bin')}",
+                "COLUMNS": "120", "NO_COLOR": "1"})
+    proc = subprocess.run(["bash", "-c", "\n".join(script)], cwd=home, env=env, capture_output=True, text=True,
+                          timeout=900)
+    codes = {int(n): int(rc) for n, rc in (line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("rc "))}
+    said = proc.stdout[-3000:] + proc.stderr[-3000:]
+    ran = [n for n, c in enumerate(commands) if not c.startswith("lumen-ex image build")]
+    assert sorted(codes) == ran, said
+    check_line = next(n for n, c in enumerate(commands) if "lumen-ex check 101" in c)
+    assert codes.pop(check_line) == 1, said              # a fresh workspace's stub fails its check
+    assert set(codes.values()) == {0}, said
+    assert "101" in proc.stdout and "softmax" in proc.stdout
+    rows = {r["student"]: r for r in csv.DictReader((home / "my-work" / "graded" / "gradebook.csv").open())}
+    assert set(rows) == {"alice", "bob"}, rows
