@@ -14,12 +14,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import tempfile
 import time
 from pathlib import Path
 
 from common import LUMEN_EX, import_torch_seconds, median_of, reference_workspace, timed
+
+from lumen_ex.learner import check_server
 
 
 def main() -> None:
@@ -44,11 +45,7 @@ def main() -> None:
             time.sleep(0.1)
         warm_s = median_of(args.runs, lambda: timed(check, env=warm_env))
     finally:
-        for sock in runtime.glob("lumen-ex/*.sock"):
-            with socket.socket(socket.AF_UNIX) as s:
-                s.connect(str(sock))
-                s.sendall(b'{"stop": true}\n')
-                s.recv(16)
+        check_server.stop_all(runtime / "lumen-ex")
         shutil.rmtree(runtime, ignore_errors=True)
     print(f"the same check again (warm)     {warm_s:6.2f} s  (median of {args.runs}, the background server)")
     print(f"warm / cold                     {warm_s / check_s:6.2f} x")

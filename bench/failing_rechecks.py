@@ -93,12 +93,13 @@ def measure_playground(ex, files: list[Path], passing: int, sandbox: str):
 def measure_check(ex, files: list[Path], passing: int, sandbox: str):
     import json
     import shutil
-    import socket
     import subprocess
     import tempfile
 
     from common import LUMEN_EX
     from watch_latency import wait_idle
+
+    from lumen_ex.learner import check_server
 
     ws = reference_workspace()
     runtime = Path(tempfile.mkdtemp(prefix="lumen-bench-run-"))
@@ -120,11 +121,7 @@ def measure_check(ex, files: list[Path], passing: int, sandbox: str):
             into.append(time.perf_counter() - t0)
             statuses.append(json.loads(proc.stdout)["status"] if proc.stdout.strip() else "?")
     finally:
-        for sock in runtime.glob("lumen-ex/*.sock"):
-            with socket.socket(socket.AF_UNIX) as s:
-                s.connect(str(sock))
-                s.sendall(b'{"stop": true}\n')
-                s.recv(16)
+        check_server.stop_all(runtime / "lumen-ex")
         shutil.rmtree(runtime, ignore_errors=True)
     return failing, passed, statuses
 

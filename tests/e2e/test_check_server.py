@@ -46,16 +46,7 @@ def runtime():
 
 
 def _stop_all(folder: Path) -> None:
-    for sock in (folder / "lumen-ex").glob("*.sock") if (folder / "lumen-ex").is_dir() else ():
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            try:
-                s.settimeout(5)
-                s.connect(str(sock))
-                s.sendall(b'{"stop": true}\n')
-                s.settimeout(60)
-                s.recv(16)
-            except OSError:
-                pass
+    check_server.stop_all(folder / "lumen-ex")
     _wait_gone(folder)
 
 

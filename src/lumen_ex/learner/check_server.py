@@ -165,23 +165,38 @@ def warm_check(exercise: str, *, workspace: Path, sandbox: str, note: str, devic
         sock.close()
 
 
-def stop(workspace: Path, sandbox: str, device: str) -> bool:
-    """Ask this workspace's server to stop (after the check it is running, if any); False when
-    there is none."""
-    folder = runtime_dir()
-    key = server_key(workspace, sandbox, device) if folder is not None else None
-    if key is None:
-        return False
+def _ask_to_stop(path: Path) -> bool:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         try:
             sock.settimeout(CONNECT_S)
-            sock.connect(str(folder / f"{key}.sock"))
+            sock.connect(str(path))
             sock.sendall(b'{"stop": true}\n')
             sock.settimeout(60.0)
             sock.recv(16)
         except OSError:
             return False
     return True
+
+
+def stop(workspace: Path, sandbox: str, device: str) -> bool:
+    """Ask this workspace's server to stop (after the check it is running, if any); False when
+    there is none."""
+    folder = runtime_dir()
+    key = server_key(workspace, sandbox, device) if folder is not None else None
+    return key is not None and _ask_to_stop(folder / f"{key}.sock")
+
+
+def stop_all(folder: Path | None = None) -> int:
+    """Ask every server whose socket is in ``folder`` (default: the user's runtime folder) to stop,
+    and wait until their sockets are gone (a minute at most); how many were asked."""
+    folder = folder if folder is not None else runtime_dir()
+    if folder is None or not folder.is_dir():
+        return 0
+    asked = sum(_ask_to_stop(path) for path in sorted(folder.glob("*.sock")))
+    deadline = time.monotonic() + 60
+    while list(folder.glob("*.sock")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return asked
 
 
 def start(workspace: Path, sandbox: str, device: str, exercise: str) -> None:
