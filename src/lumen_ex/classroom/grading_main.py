@@ -54,7 +54,7 @@ from lumen_ex.classroom.messages import (
 )
 from lumen_ex.core import catalog
 from lumen_ex.core.errors import LumenError
-from lumen_ex.core.results import SandboxInfo, grader_error, one_line
+from lumen_ex.core.results import SandboxInfo, grader_error, join_notes, one_line
 from lumen_ex.harness.check import run_check
 from lumen_ex.harness.check import worker_spec as check_worker_spec
 from lumen_ex.sandbox.base import Availability, Launcher
@@ -232,7 +232,7 @@ def grade_one(job: JobRequest, launcher, sessions=None) -> dict:
         return job_error_document(catalog.load().find(job.exercise),
                               f"the grader failed: {type(exc).__name__}: {exc}", job, launcher, started)
     if job.note:
-        result.sandbox.note = " ".join(filter(None, [result.sandbox.note, job.note]))
+        result.sandbox.note = join_notes(result.sandbox.note, job.note)
     return result.to_dict()
 
 

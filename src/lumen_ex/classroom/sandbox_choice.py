@@ -8,7 +8,7 @@ processes as the backend's ``spec()`` string (``bwrap``, ``none``, ``docker:<ima
 from __future__ import annotations
 
 from lumen_ex.core.errors import UsageError
-from lumen_ex.core.results import SandboxInfo
+from lumen_ex.core.results import SandboxInfo, join_notes
 from lumen_ex.image import engine
 from lumen_ex.sandbox.select import select_backend
 
@@ -24,7 +24,7 @@ def choose_sandbox(name: str, unsafe: bool) -> tuple[str, SandboxInfo, str]:
         raise UsageError(f"batch grading refuses the unisolated mode: {why}",
                          "Use --sandbox bwrap or --sandbox docker (see `lumen-ex doctor`), "
                          "or pass --unsafe if you trust every submission")
-    info = SandboxInfo(launcher.name, launcher.isolated, {}, " ".join(filter(None, [launcher.note(), note])))
+    info = SandboxInfo(launcher.name, launcher.isolated, {}, join_notes(launcher.note(), note))
     return launcher.name, info, note
 
 

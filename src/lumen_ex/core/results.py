@@ -307,6 +307,12 @@ def base_versions() -> dict[str, str]:
     return {"lumen_ex": __version__, "python": platform.python_version()}
 
 
+def join_notes(*notes: str) -> str:
+    """Notes about a run's sandbox (the launcher's own, a warning, why a backend was not used), in
+    order, the empty ones left out: the one way a record's ``sandbox.note`` is put together."""
+    return " ".join(note for note in notes if note)
+
+
 def one_line(message: str, fallback: str, limit: int = 500) -> str:
     """The first line of ``message`` (at most ``limit`` characters), or ``fallback`` when it is empty."""
     lines = message.strip().splitlines()

@@ -23,6 +23,7 @@ from lumen_ex.core.results import (
     Status,
     TestResult,
     base_versions,
+    join_notes,
     not_graded,
 )
 from lumen_ex.core.workspace import Workspace
@@ -110,7 +111,7 @@ def check_here(ex, workspace: Path, learner_file: Path, launcher: Launcher, *, s
                                                     select=select, lean=lean)
     finally:
         (pool.close() if pool is not None else first.kill())
-    note = " ".join(filter(None, [launcher.note(), warning]))
+    note = join_notes(launcher.note(), warning)
     sandbox_info = SandboxInfo(launcher.name, launcher.isolated, pool.enforced, note)
     result = _assemble(ex, results, errors, sandbox_info, device=device, seed=seed, started=started)
     result.source = source.to_dict()
@@ -124,7 +125,7 @@ def _refused(ex, reason: str, launcher: Launcher, *, device, seed, started, warn
     total = scores.total(ex.points.values())
     row = TestResult("file", "the exercise file can be read", "file", Status.FAIL, message=message,
                      diagnosis=Diagnosis("file", message), max_score=total)
-    note = " ".join(filter(None, [launcher.note(), warning]))
+    note = join_notes(launcher.note(), warning)
     return not_graded(ex.summary(), row, status=Status.FAIL, max_score=total,
                       sandbox=SandboxInfo(launcher.name, launcher.isolated, {}, note), device=device, seed=seed,
                       duration=time.monotonic() - started,

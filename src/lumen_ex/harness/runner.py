@@ -15,7 +15,7 @@ import pytest
 
 from lumen_ex.core import exercise_modules
 from lumen_ex.core.catalog import Exercise
-from lumen_ex.core.results import Diagnosis, Status, TestResult
+from lumen_ex.core.results import TestResult
 from lumen_ex.harness.plugin import GradingPlugin
 from lumen_ex.harness.proxy import LearnerModule
 
@@ -107,7 +107,3 @@ def _set_env(name: str, value: str | None) -> None:
     else:
         os.environ[name] = value
 
-
-def grader_error(message: str) -> TestResult:
-    return TestResult(id="grader", name="the grader ran", group="grader", status=Status.ERROR,
-                      message=message, diagnosis=Diagnosis("grader", message))

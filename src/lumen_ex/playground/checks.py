@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from lumen_ex.core.errors import LumenError
+from lumen_ex.core.results import join_notes
 from lumen_ex.core.untrusted import one_line
 from lumen_ex.core.workspace import Workspace
 
@@ -62,7 +63,7 @@ class CheckService:
         self.sandbox, self.seed, self.device = sandbox, seed, device
         launcher, self.warning = watch_launcher(sandbox)   # refuses docker, as watch mode does
         self.sandbox_info = {"name": launcher.name, "isolated": launcher.isolated,
-                             "note": " ".join(filter(None, [launcher.note(), self.warning]))}
+                             "note": join_notes(launcher.note(), self.warning)}
         self.progress = Progress()
         self.session = None                 # the WatchSession of the open exercise
         self.checks: dict[str, Check] = {}

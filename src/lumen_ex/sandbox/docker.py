@@ -31,7 +31,7 @@ from pathlib import Path
 from lumen_ex.core.errors import DeviceUnavailable, SandboxUnavailable, UsageError
 from lumen_ex.core.limits import Limits
 from lumen_ex.core.options import SEED_ENV, gpu_present
-from lumen_ex.core.results import RunResult, SandboxInfo, grader_error
+from lumen_ex.core.results import RunResult, SandboxInfo, grader_error, join_notes
 from lumen_ex.image import engine as engine_mod
 from lumen_ex.image import tag as image
 from lumen_ex.sandbox.base import Availability, Backend
@@ -138,7 +138,7 @@ class DockerSandbox(Backend):
                     remove_container(name)
                 shutil.rmtree(scratch, ignore_errors=True)
         if note:
-            result.sandbox.note = " ".join(filter(None, [result.sandbox.note, note]))
+            result.sandbox.note = join_notes(result.sandbox.note, note)
         return result
 
     def _error(self, ex, seed: int, device: str, started: float, message: str) -> RunResult:

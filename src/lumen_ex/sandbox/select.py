@@ -5,6 +5,7 @@ bwrap, then the labelled unisolated mode. A grading process gets its backend by 
 from __future__ import annotations
 
 from lumen_ex.core.errors import SandboxUnavailable
+from lumen_ex.core.results import join_notes
 from lumen_ex.sandbox import docker
 from lumen_ex.sandbox.base import Backend, Launcher
 from lumen_ex.sandbox.bwrap import BwrapLauncher
@@ -20,9 +21,8 @@ def best_host_launcher(note: str = "") -> tuple[Launcher, str]:
     why = BwrapLauncher.availability()
     if why.ok:
         return BwrapLauncher(), note
-    return UnisolatedLauncher(), " ".join(filter(None, [note, (
-        f"no sandbox available ({why.reason}): your code runs NOT ISOLATED. "
-        f"Install one with: {why.install}")]))
+    return UnisolatedLauncher(), join_notes(note, f"no sandbox available ({why.reason}): your code runs NOT ISOLATED. "
+                                                  f"Install one with: {why.install}")
 
 
 def select_backend(name: str) -> tuple[Backend, str]:
