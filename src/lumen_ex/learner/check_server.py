@@ -39,6 +39,7 @@ import hashlib
 import json
 import os
 import select
+import signal
 import socket
 import stat
 import struct
@@ -262,7 +263,13 @@ class CheckServer:
                 with conn:
                     if _peer_uid(conn) != os.getuid():
                         continue                        # another user: not a word
-                    self._answer(conn)
+                    try:
+                        self._answer(conn)
+                    except (Stopped, SystemExit):
+                        raise
+                    except Exception as exc:  # noqa: BLE001  the next check gets a fresh session
+                        log(f"the session failed ({type(exc).__name__}: {exc}); the next check starts a new one")
+                        self._close_session()
         except Stopped:
             return
         finally:
@@ -368,6 +375,8 @@ def main(argv: list[str]) -> int:
         idle = float(os.environ.get(IDLE_ENV, "") or IDLE_S)
     except ValueError:
         idle = IDLE_S
+    for signum in (signal.SIGTERM, signal.SIGHUP):   # a logout or a kill: stop cleanly, workers and all
+        signal.signal(signum, lambda *_: sys.exit(0))
     log(f"serving {workspace} ({sandbox}, device {device}); stops after {idle:g} s without a check")
     server.warm(exercise)
     server.serve(idle)
