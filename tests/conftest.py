@@ -48,6 +48,11 @@ pytest_plugins = ("helpers.cli",)
 # (tests/e2e/test_corpus.py marks its own, as does tests/e2e/test_seed_stability.py).
 XDIST_GROUPS = {"docker": lambda item: item.get_closest_marker("docker") is not None,
                 "browser": lambda item: item.path.name == "test_playground_browser.py"}
+# A module whose tests share one expensive module-scoped fixture (a class graded once, results drawn
+# twice): its tests that use it are kept on one worker, so that the fixture is made once, not once
+# per worker (a docker test among them keeps the docker group).
+MODULE_FIXTURES = {"test_grade.py": "mixed", "test_grade_attribution.py": "graded", "test_grade_inputs.py": "graded",
+                   "test_feedback.py": "graded", "test_scores_exact.py": "graded", "test_failing_goldens.py": "results"}
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -58,6 +63,9 @@ def pytest_collection_modifyitems(config, items):
                 if belongs(item):
                     item.add_marker(pytest.mark.xdist_group(group))
                     break
+            else:
+                if MODULE_FIXTURES.get(item.path.name) in getattr(item, "fixturenames", ()):
+                    item.add_marker(pytest.mark.xdist_group(item.path.stem))
         if getattr(config.option, "loadgroup", False):     # an xdist worker under --dist loadgroup
             _in_xdist_group(item)
 
