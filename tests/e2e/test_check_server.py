@@ -81,6 +81,7 @@ def init(tmp_path: Path, name: str = "ws") -> Path:
 @requires_bwrap
 @pytest.mark.slow
 def test_the_second_check_is_warm_and_prints_what_a_cold_one_prints(tmp_path, runtime):
+    """Over 30 s: eight real `lumen-ex check` commands, two of them cold, and the server's start."""
     ws = init(tmp_path)
     (ws / "01-attention" / "attention.py").write_text(NO_SCALE)
     env = env_for(runtime)

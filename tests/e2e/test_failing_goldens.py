@@ -35,7 +35,9 @@ ROW_MARKS = ("✓", "✗", "!", "⏱", "-")
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> dict:
-    """Each exercise's failing file, graded once for both widths."""
+    """Each exercise's failing file, graded once for both widths. Over 30 s: six real checks, each
+    with a worker of its own (tests/conftest.py keeps this module's tests on one xdist worker, so
+    they are made once)."""
     graded = {}
     for number, name in FAILING.items():
         ex = catalog.load().find(number)
