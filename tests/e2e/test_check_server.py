@@ -4,6 +4,7 @@ Everything runs for real: the installed command, the server it starts (src/lumen
 its sandboxed workers. Each test gets a runtime folder of its own (XDG_RUNTIME_DIR) and stops every
 server it started. What is shown:
 
+- (every check names bwrap: where the grader image is built, `auto` means docker, which is never warm)
 - the first check is cold and starts the server; the next one is answered by it (its log says so)
   and prints exactly what a cold check with the same seed prints, and records the same progress;
 - the server serves one workspace, this lumen-ex and these exercises by content: another workspace,
@@ -85,31 +86,31 @@ def test_the_second_check_is_warm_and_prints_what_a_cold_one_prints(tmp_path, ru
     ws = init(tmp_path)
     (ws / "01-attention" / "attention.py").write_text(NO_SCALE)
     env = env_for(runtime)
-    first = run(["check", "1", "--seed", "7"], ws / "01-attention", env)
+    first = run(["check", "1", "--sandbox", "bwrap", "--seed", "7"], ws / "01-attention", env)
     assert first.returncode == 1, first.stdout + first.stderr
     wait_for(lambda: "serving" in logs(runtime))              # started by the cold check, in the background
     assert "checked" not in logs(runtime)
 
-    warm = run(["check", "1", "--seed", "7"], ws / "01-attention", env)
+    warm = run(["check", "1", "--sandbox", "bwrap", "--seed", "7"], ws / "01-attention", env)
     assert re.search(r"checked 01-attention seed 7: fail", logs(runtime)), logs(runtime)
     assert warm.returncode == 1 and warm.stderr == first.stderr
     assert normalise(warm.stdout, tmp_path) == normalise(first.stdout, tmp_path)
 
     # The same record as a cold check's, the same progress recorded, and a fresh seed when none is given.
-    cold_json = run(["check", "1", "--seed", "8", "--format", "json"], ws / "01-attention",
+    cold_json = run(["check", "1", "--sandbox", "bwrap", "--seed", "8", "--format", "json"], ws / "01-attention",
                     {**env, check_server.SWITCH_ENV: "off"})
-    warm_json = run(["check", "1", "--seed", "8", "--format", "json"], ws / "01-attention", env)
+    warm_json = run(["check", "1", "--sandbox", "bwrap", "--seed", "8", "--format", "json"], ws / "01-attention", env)
     strip = lambda d: {k: v for k, v in d.items() if k != "duration"} | {   # noqa: E731
         "tests": [{k: v for k, v in t.items() if k != "duration"} for t in d["tests"]]}
     assert strip(json.loads(warm_json.stdout)) == strip(json.loads(cold_json.stdout))
     progress = Workspace.find(ws).progress()["exercises"]["attention"]
     assert progress["checks"] == 4 and progress["last_status"] == "fail"     # two cold checks, two warm
-    seeds = {json.loads(run(["check", "1", "--format", "json"], ws / "01-attention", env).stdout)["seed"]
+    seeds = {json.loads(run(["check", "1", "--sandbox", "bwrap", "--format", "json"], ws / "01-attention", env).stdout)["seed"]
              for _ in range(2)}
     assert len(seeds) == 2
 
     # Another exercise of the same workspace: the server moves to it (one session at a time).
-    assert run(["check", "2"], ws / "02-kv-cache", env).returncode == 1
+    assert run(["check", "2", "--sandbox", "bwrap"], ws / "02-kv-cache", env).returncode == 1
     assert re.search(r"checked 02-kv-cache seed \d+: fail", logs(runtime))
     assert len(list((runtime / "lumen-ex").glob("*.sock"))) == 1
 
@@ -119,9 +120,9 @@ def test_the_second_check_is_warm_and_prints_what_a_cold_one_prints(tmp_path, ru
 def test_no_server_when_turned_off_or_in_ci_and_it_stops_when_idle(tmp_path, runtime):
     ws = init(tmp_path)
     for extra in ({check_server.SWITCH_ENV: "off"}, {"CI": "true"}):
-        assert run(["check", "1"], ws / "01-attention", env_for(runtime, **extra)).returncode == 1
+        assert run(["check", "1", "--sandbox", "bwrap"], ws / "01-attention", env_for(runtime, **extra)).returncode == 1
         assert not (runtime / "lumen-ex").exists() or not list((runtime / "lumen-ex").iterdir())
-    run(["check", "1"], ws / "01-attention", env_for(runtime, **{check_server.IDLE_ENV: "3"}))
+    run(["check", "1", "--sandbox", "bwrap"], ws / "01-attention", env_for(runtime, **{check_server.IDLE_ENV: "3"}))
     wait_for(lambda: "serving" in logs(runtime))
     wait_for(lambda: "stopped" in logs(runtime), timeout=90)   # no check came: it stopped by itself
     _wait_gone(runtime)
@@ -164,7 +165,7 @@ def test_another_user_gets_no_answer(tmp_path, runtime):
     closed by the server without a word (nor a check); the server goes on serving its own user."""
     ws = init(tmp_path)
     env = env_for(runtime)
-    run(["check", "1"], ws / "01-attention", env)
+    run(["check", "1", "--sandbox", "bwrap"], ws / "01-attention", env)
     wait_for(lambda: "serving" in logs(runtime))
     folder = runtime / "lumen-ex"
     sock = next(folder.glob("*.sock"))
@@ -195,5 +196,5 @@ def test_another_user_gets_no_answer(tmp_path, runtime):
     for path in (sock, folder, runtime):
         path.chmod(0o700 if path != sock else 0o600)
     assert "checked" not in logs(runtime)
-    assert run(["check", "1", "--seed", "7"], ws / "01-attention", env).returncode == 1
+    assert run(["check", "1", "--sandbox", "bwrap", "--seed", "7"], ws / "01-attention", env).returncode == 1
     assert "checked 01-attention seed 7" in logs(runtime)    # its own user is still served
