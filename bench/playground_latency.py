@@ -41,7 +41,7 @@ class Server:
             ready, _, _ = select.select([self.proc.stdout], [], [], 1)
             if ready:
                 buf += os.read(self.proc.stdout.fileno(), 1 << 16)
-                m = re.search(rb"http://127\.0\.0\.1:(\d+)/\?token=([\w-]+)", buf)
+                m = re.search(rb"http://127\.0\.0\.1:(\d+)/[?#]token=([\w-]+)", buf)
                 if m:
                     self.port, self.token = int(m.group(1)), m.group(2).decode()
                     return
