@@ -15,39 +15,38 @@ from pathlib import Path
 from lumen_ex.core.results import RunResult
 
 
-def _host_sandbox(sandbox: str) -> tuple[str, str] | None:
-    """The host sandbox a cold check would use for ``sandbox`` and the warning it would show, or
-    None (docker, or a sandbox that is not there: the cold check says why)."""
+def _chosen(sandbox: str):
+    """The backend a cold check would use for ``sandbox`` and the warning it would show, chosen once
+    for both paths; None when it cannot be chosen (the cold check then says why)."""
     from lumen_ex.core.errors import LumenError
-    from lumen_ex.sandbox.base import Launcher
     from lumen_ex.sandbox.select import select_backend
 
     try:
-        backend, note = select_backend(sandbox)
+        return select_backend(sandbox)
     except LumenError:
         return None
-    return (backend.name, note) if isinstance(backend, Launcher) else None
 
 
 def check_warm_or_cold(exercise: str, *, workspace: Path | None, sandbox: str, seed: int | None,
                        device: str) -> RunResult:
     from lumen_ex.learner import check_server
+    from lumen_ex.sandbox.base import Launcher
 
-    use_server = check_server.enabled() and not os.environ.get("CI")
-    host = _host_sandbox(sandbox) if use_server else None
+    chosen = _chosen(sandbox) if check_server.enabled() and not os.environ.get("CI") else None
     root = None
-    if host is not None:
+    if chosen is not None and isinstance(chosen[0], Launcher):   # a host sandbox: a server can keep it warm
         from lumen_ex.core import catalog
         from lumen_ex.core.errors import LumenError
         from lumen_ex.core.workspace import Workspace
 
+        backend, note = chosen
         try:
             root = Workspace.find(workspace).root
             times = catalog.load().find(exercise).times
         except LumenError:
-            host = None          # the cold check says what is wrong
+            root = None          # the cold check says what is wrong
         else:
-            answer = check_server.warm_check(exercise, workspace=root, sandbox=host[0], note=host[1], device=device,
+            answer = check_server.warm_check(exercise, workspace=root, sandbox=backend.name, note=note, device=device,
                                              seed=seed, limit_s=2 * (times.startup_seconds + times.run_seconds) + 30)
             if answer is not None:
                 record, warnings = answer
@@ -56,7 +55,10 @@ def check_warm_or_cold(exercise: str, *, workspace: Path | None, sandbox: str, s
                 return result
     from lumen_ex.harness.check import run_check
 
-    result = run_check(exercise, workspace=workspace, sandbox=sandbox, seed=seed, device=device)
-    if host is not None and root is not None:
-        check_server.start(root, host[0], device, exercise)
+    if chosen is None:
+        result = run_check(exercise, workspace=workspace, sandbox=sandbox, seed=seed, device=device)
+    else:
+        result = run_check(exercise, workspace=workspace, launcher=chosen[0], note=chosen[1], seed=seed, device=device)
+    if root is not None:
+        check_server.start(root, chosen[0].name, device, exercise)
     return result

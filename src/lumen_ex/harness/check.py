@@ -41,11 +41,14 @@ def worker_spec(ex, workspace: Path, learner_file: Path, device: str, *, warm: b
 
 def run_check(exercise: str | int, *, workspace: Path | None = None, sandbox: str = "auto",
               seed: int | None = None, device: str = "auto", record: bool = True,
-              select: str | None = None, launcher: Backend | None = None, run_tests=None) -> RunResult:
+              select: str | None = None, launcher: Backend | None = None, note: str = "",
+              run_tests=None) -> RunResult:
     """Grade ``exercise`` in ``workspace`` (found from the current folder when None).
 
     ``launcher`` overrides ``sandbox``: the grader image's entry point passes the launcher that
-    starts workers as the container's worker user (src/lumen_ex/sandbox/container.py).
+    starts workers as the container's worker user (src/lumen_ex/sandbox/container.py), and
+    ``lumen-ex check`` the backend it has chosen already with ``note``, the warning that choice
+    gave (src/lumen_ex/cli/warm.py).
     ``run_tests``: as for :func:`check_here` (a grading process passes its kept pytest sessions,
     src/lumen_ex/harness/kept_session.py).
     """
@@ -56,7 +59,7 @@ def run_check(exercise: str | int, *, workspace: Path | None = None, sandbox: st
     ws = Workspace.find(workspace)
     learner_file = ws.exercise_file(ex)
     seed = seeds.choose(seed)   # checked once, the same way for every sandbox
-    warning = ""
+    warning = note
     backend = launcher
     if backend is None:
         backend, warning = select_backend(sandbox)

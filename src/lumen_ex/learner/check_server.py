@@ -179,14 +179,6 @@ def _ask_to_stop(path: Path) -> bool:
     return True
 
 
-def stop(workspace: Path, sandbox: str, device: str) -> bool:
-    """Ask this workspace's server to stop (after the check it is running, if any); False when
-    there is none."""
-    folder = runtime_dir()
-    key = server_key(workspace, sandbox, device) if folder is not None else None
-    return key is not None and _ask_to_stop(folder / f"{key}.sock")
-
-
 def stop_all(folder: Path | None = None) -> int:
     """Ask every server whose socket is in ``folder`` (default: the user's runtime folder) to stop,
     and wait until their sockets are gone (a minute at most); how many were asked."""
