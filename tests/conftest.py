@@ -133,19 +133,43 @@ def workspace_with(tmp: Path, exercise: str | int, source: str | Path | None = N
 
 
 def grade_source(tmp: Path, exercise: str | int, source: str | Path, *, sandbox: str | None = None,
-                 seed: int = 1234, device: str = "cpu", extra: dict[str, str] | None = None) -> RunResult:
-    """Put ``source`` (a path or the code itself) in a fresh workspace and check it for real."""
+                 seed: int = 1234, device: str = "cpu", extra: dict[str, str] | None = None,
+                 launcher=None) -> RunResult:
+    """Put ``source`` (a path or the code itself) in a fresh workspace and check it for real
+    (``launcher``, when given, starts its workers instead of ``sandbox``'s own)."""
     root = workspace_with(tmp, exercise, source, extra)
     return run_check(exercise, workspace=root, sandbox=sandbox or best_sandbox(), seed=seed,
-                     device=device, record=False)
+                     device=device, record=False, launcher=launcher)
+
+
+@pytest.fixture(scope="session")
+def forked_bwrap():
+    """bwrap's launcher with every worker forked from one warm zygote, as `lumen-ex grade`, watch
+    and the playground start them (src/lumen_ex/sandbox/zygote.py; tests/sandbox/test_zygote.py
+    holds forked and fresh workers to the same verdicts): each check still gets a new sandboxed
+    worker of its own, without a torch import of its own. None where bubblewrap is unavailable."""
+    if not bwrap_ok():
+        yield None
+        return
+    from lumen_ex.sandbox.zygote import ZygoteLauncher
+
+    launcher = ZygoteLauncher(BwrapLauncher())
+    yield launcher
+    launcher.close()
 
 
 @pytest.fixture
-def grade(tmp_path):
-    """grade(exercise, source, sandbox=None, seed=1234) -> RunResult, in a fresh workspace each call."""
+def grade(tmp_path, forked_bwrap):
+    """grade(exercise, source, sandbox=None, seed=1234) -> RunResult, in a fresh workspace each call.
+
+    With no ``sandbox`` the check is bwrap's with a forked worker (``forked_bwrap``): for the tests
+    whose point is the verdict; a test about a backend names it (tests/sandbox/ grade every attack
+    with workers started the way `lumen-ex check` starts them)."""
     counter = iter(range(10_000))
 
     def _grade(exercise, source, **kwargs):
+        if kwargs.get("sandbox") is None and forked_bwrap is not None:
+            kwargs["launcher"] = forked_bwrap
         return grade_source(tmp_path / f"g{next(counter)}", exercise, source, **kwargs)
 
     return _grade

@@ -57,8 +57,9 @@ class Comparison:
 _RECORDED: dict[tuple[int, int], list[Comparison]] = {}
 
 
-def recorded(exercise: int, seed: int, tmp: Path) -> list[Comparison]:
-    """Every comparison the hidden suite makes when the reference is graded with ``seed``."""
+def recorded(exercise: int, seed: int, tmp: Path, launcher) -> list[Comparison]:
+    """Every comparison the hidden suite makes when the reference is graded with ``seed`` (by a
+    worker of ``launcher``: tests/conftest.py ``forked_bwrap``, None for the default sandbox's own)."""
     key = (exercise, seed)
     if key in _RECORDED:
         return _RECORDED[key]
@@ -75,7 +76,7 @@ def recorded(exercise: int, seed: int, tmp: Path) -> list[Comparison]:
         return original(items, sizes=sizes, dtype=dtype, device=device)
 
     with mock.patch.object(expect, "tensors", recording):
-        result = grade_source(tmp, exercise, REFERENCES[CORPUS_DIRS[exercise]], seed=seed)
+        result = grade_source(tmp, exercise, REFERENCES[CORPUS_DIRS[exercise]], seed=seed, launcher=launcher)
     assert result.status is Status.PASS, [(t.id, t.message) for t in result.tests if t.status is not Status.PASS]
     assert found, "no comparison was recorded: the suite no longer goes through expect.tensors"
     _RECORDED[key] = found
@@ -92,9 +93,9 @@ CASES = [(ex, seed) for ex in EXERCISES for seed in SEEDS]
 
 @pytest.mark.parametrize("exercise,seed", CASES, ids=[f"ex{e}-seed{s}" for e, s in CASES])
 @pytest.mark.slow
-def test_variants_are_distinguishable_on_the_hidden_inputs(tmp_path, exercise, seed):
+def test_variants_are_distinguishable_on_the_hidden_inputs(tmp_path, exercise, seed, forked_bwrap):
     problems = []
-    for c in recorded(exercise, seed, tmp_path):
+    for c in recorded(exercise, seed, tmp_path, forked_bwrap):
         need = SEPARATION[c.dtype]
         usable = expect.candidates(c.expected, c.variants, c.tol)
         where = f"{c.test} {c.what} ({str(c.dtype).removeprefix('torch.')})"
@@ -111,7 +112,7 @@ def test_variants_are_distinguishable_on_the_hidden_inputs(tmp_path, exercise, s
 
 @pytest.mark.slow
 @pytest.mark.parametrize("exercise", list(EXERCISES), ids=[f"ex{e}" for e in EXERCISES])
-def test_every_value_mistake_can_be_named(tmp_path, exercise):
+def test_every_value_mistake_can_be_named(tmp_path, exercise, forked_bwrap):
     """Each variant is a candidate (differs from the reference) on some hidden test's inputs, and every
     name a variant can carry is in the exercise's catalogue. Slow alone (20-30 s: the reference graded
     under four seeds), free after test_variants_are_distinguishable_on_the_hidden_inputs, which
@@ -119,7 +120,7 @@ def test_every_value_mistake_can_be_named(tmp_path, exercise):
     catalogue = EXERCISES[exercise][1]
     named, usable = set(), set()
     for i, seed in enumerate(SEEDS):
-        for c in recorded(exercise, seed, tmp_path / str(i)):
+        for c in recorded(exercise, seed, tmp_path / str(i), forked_bwrap):
             named |= {v.name for v in c.variants}
             usable |= {v.name for v in expect.candidates(c.expected, c.variants, c.tol)}
     assert named - set(catalogue) == set(), f"variant names missing from CATALOGUE: {named - set(catalogue)}"
@@ -129,9 +130,9 @@ def test_every_value_mistake_can_be_named(tmp_path, exercise):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_attention_inputs_have_distinct_axis_sizes(tmp_path, seed):
+def test_attention_inputs_have_distinct_axis_sizes(tmp_path, seed, forked_bwrap):
     """Every axis of every exercise-1 comparison has its own size, so a swapped axis can be named."""
-    for c in recorded(1, seed, tmp_path):
+    for c in recorded(1, seed, tmp_path, forked_bwrap):
         sizes = dict(c.sizes)
         if sizes.get("L_q") is not None and sizes.get("L_q") == sizes.get("L_k"):
             sizes.pop("L_k")      # causal self-attention is square by design: one axis length L

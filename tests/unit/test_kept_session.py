@@ -17,7 +17,6 @@ from conftest import CORPORA, CORPUS, REFERENCES, requires_bwrap, workspace_with
 from lumen_ex.harness.check import run_check
 from lumen_ex.harness.kept_session import KeptSessions
 from lumen_ex.sandbox import zygote as zygotes
-from lumen_ex.sandbox.bwrap import BwrapLauncher
 
 pytestmark = [requires_bwrap, pytest.mark.skipif(not zygotes.supported(), reason="no zygote on this machine")]
 
@@ -42,8 +41,8 @@ def _verdict(result) -> list:
 
 
 @pytest.mark.slow
-def test_a_kept_session_grades_every_submission_as_a_fresh_session_does(tmp_path):
-    launcher = zygotes.ZygoteLauncher(BwrapLauncher())
+def test_a_kept_session_grades_every_submission_as_a_fresh_session_does(tmp_path, forked_bwrap):
+    launcher = forked_bwrap          # the session's zygote (tests/conftest.py): one torch import less
     sessions = KeptSessions()
     try:
         for i, (number, path) in enumerate(_cases()):
@@ -54,11 +53,10 @@ def test_a_kept_session_grades_every_submission_as_a_fresh_session_does(tmp_path
         assert len(sessions.sessions) == 2       # one per exercise, kept for every case
     finally:
         sessions.close()
-        launcher.close()
 
 
-def test_another_seed_gets_a_session_of_its_own(tmp_path):
-    launcher = zygotes.ZygoteLauncher(BwrapLauncher())
+def test_another_seed_gets_a_session_of_its_own(tmp_path, forked_bwrap):
+    launcher = forked_bwrap
     sessions = KeptSessions()
     try:
         ws = workspace_with(tmp_path / "s", 1, (CORPORA["attention"] / "buggy").glob("*.py").__next__().read_text())
@@ -69,4 +67,3 @@ def test_another_seed_gets_a_session_of_its_own(tmp_path):
         assert len(sessions.sessions) == 2
     finally:
         sessions.close()
-        launcher.close()
