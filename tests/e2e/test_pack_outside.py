@@ -41,10 +41,33 @@ def says_forbidden(stdout: str) -> bool:
     return any("implement it yourself; calling F.softmax" in t["message"] for t in json.loads(stdout)["tests"])
 
 
-def run(args: list[str], env: dict | None = None, cwd: Path = Path("/"), timeout: float = 900):
+def run(args: list[str], env: dict | None = None, cwd: Path = Path("/"), timeout: float = 900,
+        read_only: Path | None = None):
+    """The installed command; with ``read_only``, that folder (a pack) is read-only while it runs."""
     full = {k: v for k, v in os.environ.items() if k != "LUMEN_EX_PATH"}
     full.update({"COLUMNS": "120", "NO_COLOR": "1", "TERM": "dumb", **(env or {})})
-    return subprocess.run([LUMEN_EX, *args], capture_output=True, text=True, env=full, cwd=cwd, timeout=timeout)
+    command = [LUMEN_EX, *args]
+    if read_only is None:
+        return subprocess.run(command, capture_output=True, text=True, env=full, cwd=cwd, timeout=timeout)
+    if os.geteuid() == 0:      # root writes through file modes: a read-only bind mount, in a namespace of its own
+        return subprocess.run([*READ_ONLY_MOUNT, str(read_only), *command], capture_output=True, text=True,
+                              env=full, cwd=cwd, timeout=timeout)
+    modes = {p: p.stat().st_mode for p in [read_only, *read_only.rglob("*")]}
+    try:
+        for p, mode in modes.items():
+            p.chmod(mode & ~0o222)
+        return subprocess.run(command, capture_output=True, text=True, env=full, cwd=cwd, timeout=timeout)
+    finally:
+        for p, mode in modes.items():
+            p.chmod(mode)
+
+
+# The command after it runs with the folder named first mounted read-only: a bind mount made read-only
+# in a mount namespace of the command's own (gone with it); a write into the folder is first tried
+# and must fail, else the command does not run (exit 97).
+READ_ONLY_MOUNT = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                   'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" "$0" || exit 96; '
+                   'if touch "$0/.write-probe" 2>/dev/null; then echo "$0 is writable" >&2; exit 97; fi; exec "$@"']
 
 
 @pytest.fixture(scope="module")
@@ -69,9 +92,9 @@ def test_dev_check_grades_and_accepts_the_scaffold(pack, tmp_path):
     assert added.returncode == 0 and "Added to the pack" in added.stdout, added.stdout + added.stderr
     assert '"101-softmax", "102-attention-sink"' in (grown / "pack.toml").read_text()
     before = files_of(grown)
-    proc = run(["dev", "check", str(grown), "--format", "json"])
+    proc = run(["dev", "check", str(grown), "--format", "json"], read_only=grown)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert files_of(grown) == before                  # nothing written into the instructor's pack
+    assert files_of(grown) == before                  # nothing written into the instructor's pack (read-only there)
     doc = json.loads(proc.stdout)
     assert [ex["number"] for ex in doc["exercises"]] == [101, 102]
     for ex in doc["exercises"]:
@@ -133,7 +156,9 @@ def test_dev_check_says_when_a_verdict_depends_on_the_seed(pack, tmp_path):
 
 @pytest.mark.slow
 def test_listed_checked_and_graded_through_the_path(pack, tmp_path):
-    """Listed, checked and graded through LUMEN_EX_PATH. Over 30 s: four real commands, a class grading among them."""
+    """Listed, checked and graded through LUMEN_EX_PATH; the passing check and the class grading with
+    the pack read-only (issue "Authoring": nothing is written into a pack). Over 30 s: four real
+    commands, a class grading among them."""
     root, folder = pack
     before = files_of(root)
     env = {"LUMEN_EX_PATH": str(root)}
@@ -147,7 +172,7 @@ def test_listed_checked_and_graded_through_the_path(pack, tmp_path):
     assert failing.returncode == 1, failing.stderr
     assert "NotImplementedError" in json.loads(failing.stdout)["tests"][1]["message"]
     stub.write_text((folder / "reference.py").read_text())
-    passing = run(["check", "101", "--workspace", str(tmp_path / "ws"), "--format", "json"], env)
+    passing = run(["check", "101", "--workspace", str(tmp_path / "ws"), "--format", "json"], env, read_only=root)
     assert passing.returncode == 0, passing.stdout[-2000:] + passing.stderr
     doc = json.loads(passing.stdout)
     assert doc["score"] == doc["max_score"] == 5 and "course@0.1.0" in doc["versions"]["catalog"]
@@ -163,7 +188,7 @@ def test_listed_checked_and_graded_through_the_path(pack, tmp_path):
     for student, text in (("ada", (folder / "reference.py").read_text()), ("bob", WRONG)):
         (subs / student / "101-softmax").mkdir(parents=True)
         (subs / student / "101-softmax" / "softmax.py").write_text(text)
-    graded = run(["grade", str(subs), "-e", "101", "--out", str(tmp_path / "out"), "--jobs", "2"], env)
+    graded = run(["grade", str(subs), "-e", "101", "--out", str(tmp_path / "out"), "--jobs", "2"], env, read_only=root)
     assert graded.returncode == 0, graded.stdout[-2000:] + graded.stderr[-2000:]
     rows = {r["student"]: r for r in csv.DictReader((tmp_path / "out" / "gradebook.csv").open())}
     docs = {s: json.loads((tmp_path / "out" / "results" / s / "101-softmax.json").read_text()) for s in rows}
