@@ -2,7 +2,8 @@
 
 - layers point one way, the sandbox's own files import nothing else of ours, and click and rich stay
   in the command line: the import-linter contracts in pyproject.toml, run by ``lint-imports``;
-- ruff (configured in pyproject.toml) finds nothing;
+- ruff (configured in pyproject.toml) finds nothing, nor does the type checker (mypy, pyproject.toml
+  ``[tool.mypy]``: every module of the package);
 - no library module is over 400 lines, and no two of our modules import each other, even through
   imports made inside functions (bench/architecture.py measures both).
 """
@@ -41,6 +42,14 @@ def test_ruff_finds_nothing():
     proc = subprocess.run([_tool("ruff"), "check", "src", "tests", "bench"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def test_the_type_checker_finds_nothing():
+    """mypy on the package as pyproject.toml configures it. About 20 s the first time (no cache, and
+    over 30 s beside the other xdist worker), a second or two after (.mypy_cache/)."""
+    proc = subprocess.run([_tool("mypy")], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert proc.stdout.startswith("Success: no issues found"), proc.stdout[-2000:]
 
 
 def _library_modules():

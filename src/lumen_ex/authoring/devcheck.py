@@ -80,9 +80,10 @@ def dev_check(roots: list[Path] | None = None, *, seeds: tuple[int, ...] = DEFAU
         report.add("manifest", problem)
     known = {ex.dir: _catalogue(ex, report) for ex in report.exercises}
     for ex in report.exercises:
-        if known[ex.dir] is None:      # mistakes.py is reported already; its ids cannot be checked
+        ids = known[ex.dir]
+        if ids is None:      # mistakes.py is reported already; its ids cannot be checked
             continue
-        names = set(known[ex.dir]) | set(GENERIC_MISCONCEPTIONS) | set(DIAGNOSIS_KINDS)
+        names = set(ids) | set(GENERIC_MISCONCEPTIONS) | set(DIAGNOSIS_KINDS)
         for key in sorted(set(ex.hint_for) - names):
             report.add(ex.dir, f"exercise.toml [hint_for] {key!r} is neither a known mistake (mistakes.py CATALOGUE, "
                                f"or a generic one) nor a diagnosis kind: correct the name, or remove it"
@@ -265,6 +266,7 @@ def _exercise_fault(case: _Case, result: RunResult | None) -> tuple[tuple, list[
     for t in result.tests if result is not None else ():
         d = t.diagnosis.details if t.diagnosis is not None and t.diagnosis.kind == "grader" else {}
         if d.get("exercise") == case.exercise.dir and d.get("file"):
+            assert t.diagnosis is not None       # d is its details: {} matches no exercise
             key = (case.exercise.dir, str(d["file"]), d.get("line"), str(d.get("error") or t.diagnosis.summary))
             return key, [str(f) for f in d.get("frames") or []]
     return None
@@ -286,6 +288,7 @@ def _judge(report: Report, case: _Case, result: RunResult | None, seed: int) -> 
     """Compare one grading with what the file must get; count its outcome, list any problem."""
     fault = _exercise_fault(case, result)
     if fault is not None:
+        assert result is not None      # a fault is found in a result's tests
         entry = report.faults.setdefault(fault[0], {"spoiled": [], "frames": fault[1]})
         entry["spoiled"].append(f"{_where(case)} at seed {seed}")
         report.files.append({"exercise": case.exercise.number, "dir": case.exercise.dir, "where": _where(case),
@@ -332,6 +335,7 @@ def _verdict(report: Report, case: _Case, result: RunResult | None, seed: int) -
 
 
 def _verdict_buggy(report: Report, case: _Case, result: RunResult, where: str, line: str) -> str:
+    assert case.item is not None       # a buggy file is a corpus file (_grade_all)
     ex, h, first = case.exercise, case.item.headers, result.first_failure
     if result.status is Status.PASS:
         report.add(where, f"FALSE PASS: {h.get('bug', 'a buggy file')} got {line}")
@@ -340,7 +344,7 @@ def _verdict_buggy(report: Report, case: _Case, result: RunResult, where: str, l
     wrong = []
     if result.status is not Status.FAIL:
         wrong.append(f"status {result.status.value} (a grader error or time-out, not a failure)")
-    if diag is None:
+    if first is None or diag is None:    # diag is None whenever first is
         wrong.append("no diagnosis")
     else:
         if diag.kind != h.get("expect-kind"):

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from lumen_ex.classroom.late import SOURCES, duration_text, iso
 from lumen_ex.core.atomic import write_atomically
+from lumen_ex.core.catalog import Exercise
 from lumen_ex.core.results import RunResult, Status, TestResult
 from lumen_ex.core.untrusted import code_block, encodable, html, markdown
 from lumen_ex.feedback.pictures import caption, data_url, picture, pictured
@@ -42,7 +43,7 @@ def file_stem(student: str) -> str:
     return _UNSAFE_FILE.sub("_", student).lstrip(".")[:120] or "student"
 
 
-def _results(row, exercises) -> list[tuple[object, RunResult]]:
+def _results(row, exercises) -> list[tuple[Exercise, RunResult]]:
     """(exercise, record) for each graded exercise of a gradebook row."""
     out = []
     for ex in exercises:

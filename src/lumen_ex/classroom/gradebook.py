@@ -317,7 +317,7 @@ def gradebook_csv(report: ClassReport) -> str:
     w.writerow(["student", "key", *(ex.slug for ex in report.exercises), "total", "max", "percent", "status",
                 "first_failure", "commit", "seed", "note", *LATE_COLUMNS])
     for r in report.rows:
-        scores = ["" if r.docs[ex.slug] is None else _num(r.docs[ex.slug]["score"]) for ex in report.exercises]
+        scores = ["" if (doc := r.docs[ex.slug]) is None else _num(doc["score"]) for ex in report.exercises]
         pct = "" if r.percent is None or r.status in ("pending", *NOT_SUBMITTED) else f"{r.percent:.1f}"
         total = "" if r.status in NOT_SUBMITTED else _num(r.total)
         most = "" if r.status == "skipped" else _num(r.max_total)

@@ -150,7 +150,7 @@ def make_prelauncher(inner, on_launch):
         name = inner.name
         isolated = inner.isolated
 
-        def __init__(self):
+        def __init__(self) -> None:
             self.ready: dict = {}
             self.started: list = []     # every worker started for the jobs in hand, for discard()
 

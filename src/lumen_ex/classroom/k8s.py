@@ -57,6 +57,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from lumen_ex.classroom.batch_types import Outcome
 from lumen_ex.classroom.entries import discover
@@ -156,7 +157,7 @@ def manifests(name: str, *, count: int, exercises: list[Exercise], image: str, p
     ]
     if seed is not None:
         env.append({"name": SEED_ENV, "value": str(seed)})
-    container = {
+    container: dict[str, Any] = {
         "name": "grade",
         "image": image,
         "imagePullPolicy": "IfNotPresent",
@@ -224,7 +225,7 @@ def manifests(name: str, *, count: int, exercises: list[Exercise], image: str, p
         "metadata": {"name": f"{name}-no-network", "labels": labels},
         "spec": {"podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress", "Egress"]},
     }
-    pvc = {
+    pvc: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": {"name": claim, "labels": labels},

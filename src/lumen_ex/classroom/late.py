@@ -64,7 +64,9 @@ SOURCES = {
 
 
 def local_zone() -> dt.tzinfo:
-    return dt.datetime.now().astimezone().tzinfo
+    zone = dt.datetime.now().astimezone().tzinfo
+    assert zone is not None     # astimezone() always gives an aware time
+    return zone
 
 
 def parse_time(text: str, zone: dt.tzinfo | None = None) -> dt.datetime:

@@ -68,7 +68,7 @@ def _only_empty_entries(folder: Path) -> bool:
 
 def sweep_scratch(out: Path) -> list[Path]:
     """Remove the scratch folders in ``out`` whose ``lumen-ex grade`` is gone; the ones removed."""
-    removed = []
+    removed: list[Path] = []
     try:
         candidates = [p for p in Path(out).glob(f"{SCRATCH_PREFIX}*") if p.is_dir() and not p.is_symlink()]
     except OSError:
@@ -83,7 +83,7 @@ def sweep_scratch(out: Path) -> list[Path]:
 def sweep_stages(tmp: Path | None = None) -> list[Path]:
     """Remove bwrap stages (when empty) and docker slots' folders under the temporary folder whose
     launcher is gone."""
-    removed = []
+    removed: list[Path] = []
     root = Path(tmp or tempfile.gettempdir())
     try:
         candidates = [p for prefix in (STAGE_PREFIX, SLOT_PREFIX) for p in root.glob(f"{prefix}*")

@@ -64,6 +64,7 @@ class Planner:
         self.catalog: Catalog = catalog_mod.load()
         self.out = Path(req.out)
         self._exercise_files: dict[str, dict[str, str]] = {}    # by exercise folder, hashed once a run
+        self.scratch: Path | None = None        # the run's scratch folder, made by plan()
 
     def plan(self) -> tuple[list[Submission], list[Job], int, list[str]]:
         """Which student x exercise to grade, and why: everything whose stored result is no
@@ -86,13 +87,13 @@ class Planner:
         notes += [seed_note] if seed_note else []
         self._choose_sandbox()
         versions = self._fingerprint_versions()
-        self.scratch = self._make_scratch()
+        scratch = self.scratch = self._make_scratch()
         self.prepared: dict[str, Prepared] = {}
         self.states: list[tuple[Submission, Exercise, grade_store.State]] = []
         jobs: list[Job] = []
         resumed = 0
         for sub in subs:
-            prepared = prepare_safely(sub, req.exercises, self.catalog, self.scratch)
+            prepared = prepare_safely(sub, req.exercises, self.catalog, scratch)
             wanted = 0
             for ex in req.exercises:
                 if req.only_submitted and ex.slug in prepared.missing:
@@ -170,7 +171,7 @@ class Planner:
         try:
             subs, jobs, resumed, notes = self.plan()
         finally:
-            if getattr(self, "scratch", None) is not None:
+            if self.scratch is not None:
                 shutil.rmtree(self.scratch, ignore_errors=True)
         return Outcome(subs, 0, resumed, notes=notes, seed=self.seed, states=self.states, skipped=self.skipped,
                        regraded=[(j.name, j.exercise.dir, j.reason) for j in jobs])

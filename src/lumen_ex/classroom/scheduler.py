@@ -87,10 +87,11 @@ class Batch(Planner):
         try:
             subs, jobs, resumed, notes = self.plan()
         except BaseException:
-            if self.scratch is not None:
+            if self.scratch is not None:     # made part-way through the plan
                 shutil.rmtree(self.scratch, ignore_errors=True)
             raise
         scratch, prepared = self.scratch, self.prepared
+        assert scratch is not None           # a plan that returns has made it
         outcome = Outcome(subs, 0, resumed, notes=notes, seed=self.seed, skipped=self.skipped,
                           regraded=[(j.name, j.exercise.dir, j.reason) for j in jobs])
         planned = getattr(self.progress, "planned", None)
@@ -162,6 +163,7 @@ class Batch(Planner):
                 j.started = None
                 pending.appendleft(j)
             if running is not None:
+                assert running.started is not None     # chosen above only once started
                 why = reason or f"the grading process died ({proc.exit_description()}) while grading this submission"
                 finish(running, grader_error_result(running.exercise, why, sandbox=self.sandbox_info,
                                                     device=req.device, seed=running.seed,
@@ -256,12 +258,12 @@ class Batch(Planner):
         elif isinstance(msg, WorkerPid):
             proc.worker_pids.add(msg.pid)
         elif isinstance(msg, Started):
-            for job in proc.queue:
-                if job.id == msg.id:
-                    job.started = time.monotonic()
+            for queued in proc.queue:
+                if queued.id == msg.id:
+                    queued.started = time.monotonic()
                     began = getattr(self.progress, "started_check", None)    # "now: alice attention"
                     if began is not None:
-                        began(job.student, job.exercise)
+                        began(queued.student, queued.exercise)
         elif isinstance(msg, JobDone):
             job = next((j for j in proc.queue if j.id == msg.id), None)
             if job is None:

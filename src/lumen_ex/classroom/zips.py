@@ -16,6 +16,7 @@ import re
 import stat
 import zipfile
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from lumen_ex.classroom.submission_limits import SKIP_DIRS, Budget, SubmissionRefused
 from lumen_ex.core.bounded import NotReadable, open_regular
@@ -26,6 +27,8 @@ MAX_ZIP_MEMBER_BYTES = 16 << 20
 MAX_ZIP_FILE_BYTES = 256 << 20    # the .zip itself
 MAX_ZIP_DIRECTORY_BYTES = 4 << 20  # its list of members, checked before zipfile parses it
 MAX_ZIP_DEPTH = 16                # folders in one member's path
+
+_ZIPFILE: Any = zipfile           # its private end-record helpers, which typeshed does not declare
 
 
 def extract_zip(path: Path, dest: Path, budget: Budget | None = None,
@@ -85,10 +88,10 @@ def open_zip(path: Path) -> zipfile.ZipFile:
 
 def _check_directory_size(f) -> None:
     """Refuse a zip whose member list is too large to parse (zipfile reads all of it at once)."""
-    end = zipfile._EndRecData(f)   # noqa: SLF001  the end record: where and how large the list is
+    end = _ZIPFILE._EndRecData(f)   # noqa: SLF001  the end record: where and how large the list is
     if end is None:
         raise zipfile.BadZipFile("File is not a zip file")
-    size = end[zipfile._ECD_SIZE]   # noqa: SLF001
+    size = end[_ZIPFILE._ECD_SIZE]   # noqa: SLF001
     if size > MAX_ZIP_DIRECTORY_BYTES:
         raise SubmissionRefused(f"the zip's list of members is {size >> 20} MiB "
                                 f"(at most {MAX_ZIP_DIRECTORY_BYTES >> 20} MiB)")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -68,7 +68,7 @@ class GradeProgress:
         self.started = time.monotonic()
         self.meter = RateMeter(self.started)
         self.bar: Progress | None = None
-        self.task = None
+        self.task: TaskID | None = None     # the bar's task, added with it (begin)
         self.now: dict[tuple[str, str], str] = {}     # (student, exercise) being graded -> label
         self.shown: set[str] = set()
 
@@ -115,6 +115,7 @@ class GradeProgress:
         """A grading process began ``student`` x ``exercise``."""
         self.now[(student, exercise.slug)] = f"{student} {exercise.slug}"
         if self.bar is not None:
+            assert self.task is not None
             self.bar.update(self.task, now=self._now_text())
 
     def finished(self, item) -> None:
@@ -126,6 +127,7 @@ class GradeProgress:
         last = one_line(f"{item.student} {item.exercise.slug}: "
                         + (item.verdict or f"{r.status.value} {r.score:g}/{r.max_score:g}"))
         if self.bar is not None:
+            assert self.task is not None
             self.bar.update(self.task, completed=item.done, rate=f"{rate:.1f}/min", eta=eta, failures=failures,
                             now=self._now_text())
             return

@@ -78,6 +78,8 @@ def status() -> None:
 class _progress:
     """A rich progress line for the build phases; docker build steps get a bar."""
 
+    phase: str      # the phase of the current task, set with it
+
     def __enter__(self):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 

@@ -32,9 +32,10 @@ from lumen_ex.feedback.shapes import shape_columns
 
 # What a picture's rows and columns are (the payload's "rows" and "cols", docs/result-schema.md): the
 # caption's word, a row label's prefix and one of them, by name. Exercise 4 (RoPE) draws tokens x pairs.
-ROWS = {"queries": ("queries", "q", "query"), "tokens": ("tokens", "t", "token")}
-COLS = {"keys": ("keys", "key"), "pairs": ("pairs", "pair")}
-VALUES = {"angles": "angle, radians"}     # what the shades measure, by kind (otherwise: weight)
+# Keyed by object: looked up with whatever the payload holds there.
+ROWS: dict[object, tuple[str, str, str]] = {"queries": ("queries", "q", "query"), "tokens": ("tokens", "t", "token")}
+COLS: dict[object, tuple[str, str]] = {"keys": ("keys", "key"), "pairs": ("pairs", "pair")}
+VALUES: dict[object, str] = {"angles": "angle, radians"}     # what the shades measure, by kind (otherwise: weight)
 SHADES = ("░░", "▒▒", "▓▓", "██")
 ZERO, UNKNOWN, ON = " ·", " ?", " ■"
 LABEL_W, SEP = 6, "   "
@@ -63,7 +64,7 @@ def _well_formed(p) -> bool:
     """The payload's grids are equal-sized lists of rows of numbers / None (at most 64 x 64)."""
     if not isinstance(p, dict):
         return False
-    grids = [p.get(k) for k in ("expected", "got", "differs")]
+    grids: list = [p.get(k) for k in ("expected", "got", "differs")]
     if not all(isinstance(g, list) and 0 < len(g) <= 64 for g in grids):
         return False
     n_cols = len(grids[0][0]) if isinstance(grids[0][0], list) else -1
@@ -134,9 +135,9 @@ def heatmap_lines(p: dict, width: int = 96) -> list[Text]:
     shown = _shown(p, n_rows, r0, c0, cols)
     if shown:
         out.append(Text(shown, style="dim"))
-    worst = _worst_line(p, is_mask)
-    if worst:
-        out.append(Text(worst, style="dim"))
+    worst_line = _worst_line(p, is_mask)
+    if worst_line:
+        out.append(Text(worst_line, style="dim"))
     return out
 
 
@@ -146,7 +147,8 @@ def _legend(p: dict, is_mask: bool, vmax: float) -> list[Text]:
                 Text.assemble("  ", ("+", STYLE["more"]), " yours True, expected False   ",
                               ("-", STYLE["less"]), " yours False, expected True")]
     value = VALUES.get(p.get("kind"), "weight")
-    first = ["  · exactly 0   ", ("░▒▓█", STYLE["shade"]), f" small to large {value} (█ = {vmax:.3g})"]
+    first: list[str | tuple[str, str]] = ["  · exactly 0   ", ("░▒▓█", STYLE["shade"]),
+                                          f" small to large {value} (█ = {vmax:.3g})"]
     if any(v is None for row in p["got"] for v in row):
         first += ["   ", ("?", STYLE["nan"]), " NaN/inf"]
     return [Text.assemble(*first),

@@ -59,6 +59,6 @@ def check_warm_or_cold(exercise: str, *, workspace: Path | None, sandbox: str, s
         result = run_check(exercise, workspace=workspace, sandbox=sandbox, seed=seed, device=device)
     else:
         result = run_check(exercise, workspace=workspace, launcher=chosen[0], note=chosen[1], seed=seed, device=device)
-    if root is not None:
+    if root is not None and chosen is not None:     # root is only found for a chosen host sandbox
         check_server.start(root, chosen[0].name, device, exercise)
     return result

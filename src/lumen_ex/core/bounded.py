@@ -118,7 +118,8 @@ def read_regular(path: Path, cap: int, *, name: str | None = None, within: Path 
 
 def read_capped(fd: int, cap: int, label: str) -> bytes:
     """Read ``fd`` to its end, refusing (:class:`TooLarge`) once more than ``cap`` bytes arrive."""
-    chunks, total = [], 0
+    chunks: list[bytes] = []
+    total = 0
     while True:
         chunk = os.read(fd, min(1 << 20, cap + 1 - total))
         if not chunk:

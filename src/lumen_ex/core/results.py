@@ -105,8 +105,8 @@ class Diagnosis:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Diagnosis:
-        return cls(**{k: data.get(k) for k in ("kind", "summary", "expected", "got", "misconception", "hint")},
-                   details=data.get("details") or {})
+        fields: dict[str, Any] = {k: data.get(k) for k in ("kind", "summary", "expected", "got", "misconception", "hint")}
+        return cls(**fields, details=data.get("details") or {})
 
 
 @dataclass
@@ -162,15 +162,15 @@ def summarise_misconceptions(tests: list[TestResult]) -> list[dict[str, Any]]:
     ``max_error_float64`` (only when some of them compared float64 values, matched at 1e-9), the
     largest over those: the strongest evidence, since lower precisions match at their own tolerance.
     """
-    value_tests = [t for t in tests if t.diagnosis is not None and t.diagnosis.kind in VALUE_KINDS]
+    # The diagnoses of the value tests, one per test.
+    value_diags = [t.diagnosis for t in tests if t.diagnosis is not None and t.diagnosis.kind in VALUE_KINDS]
     found: dict[str, dict[str, Any]] = {}
-    for t in value_tests:
-        d = t.diagnosis
+    for d in value_diags:
         if not d.misconception:
             continue
         entry = found.setdefault(d.misconception, {
             "id": d.misconception, "sentence": str(d.details.get("misconception_sentence") or d.hint or d.misconception),
-            "matched": 0, "of": sum(1 for v in value_tests if _could_show(v.diagnosis, d.misconception)),
+            "matched": 0, "of": sum(1 for v in value_diags if _could_show(v, d.misconception)),
             "max_error": 0.0})
         entry["matched"] += 1
         err = d.details.get("variant_max_error")
@@ -182,7 +182,7 @@ def summarise_misconceptions(tests: list[TestResult]) -> list[dict[str, Any]]:
     # A likely mistake explains the run: it is named only when it matched most of the failing value
     # tests (more than half). One that matched 1 of 10 explains nothing; the test that matched it
     # shows it as what was seen there (src/lumen_ex/cli/render.py), without a guess for the run.
-    explaining = [e for e in found.values() if 2 * e["matched"] > len(value_tests)]
+    explaining = [e for e in found.values() if 2 * e["matched"] > len(value_diags)]
     return sorted(explaining, key=lambda e: (-e["matched"], e["max_error"], e["id"]))
 
 

@@ -93,7 +93,7 @@ class Workspace:
         write_atomically(self._state_file, json.dumps(data, indent=2))
 
     def record_check(self, slug: str, status: str, score: float, max_score: float,
-                     failure: tuple[str, ...] = ()) -> None:
+                     failure: tuple[str | None, ...] = ()) -> None:
         """Remember a check's verdict; ``failure``: what its first failure was (its mistake id and
         its diagnosis kind, when known), which the next hint is chosen for."""
         data = self.progress()

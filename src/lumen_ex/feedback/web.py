@@ -75,11 +75,12 @@ def legend(test: TestResult) -> str:
     payload = (test.diagnosis.details.get("heatmap") if test.diagnosis else None) or {}
     grid = payload.get("expected") if isinstance(payload, dict) else None
     n_rows = len(grid) if isinstance(grid, list) else 0
-    n_cols = len(grid[0]) if n_rows and isinstance(grid[0], list) else 0
+    n_cols = len(grid[0]) if isinstance(grid, list) and n_rows and isinstance(grid[0], list) else 0
     rows = one_line(str(payload.get("rows") or "queries"))[:20]
     cols = one_line(str(payload.get("cols") or "keys"))[:20]
-    first_row = payload.get("row_start") if type(payload.get("row_start")) is int else 0
-    first_col = payload.get("col_start") if type(payload.get("col_start")) is int else 0
+    row_start, col_start = payload.get("row_start"), payload.get("col_start")
+    first_row = row_start if type(row_start) is int else 0
+    first_col = col_start if type(col_start) is int else 0
     kind = payload.get("kind")
     shades = ("filled: may attend (True), white with a dot: masked (False)" if kind == "mask"
               else "white with a dot: exactly 0, light to dark blue: small to large")

@@ -12,11 +12,12 @@ import os
 import select
 import time
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 
 from lumen_ex.core.forbidden import as_apis
-from lumen_ex.harness.memory import MemoryProbe, MemoryUse, baseline
+from lumen_ex.harness.memory import Baseline, MemoryProbe, MemoryUse, baseline
 from lumen_ex.sandbox.base import Launched, Launcher, WorkerSpec
 from lumen_ex.sandbox.inside import wire
 from lumen_ex.sandbox.processes import reap
@@ -47,6 +48,9 @@ class WorkerProtocolError(WorkerFailure):
     learner's code shares the worker's process and can write to its reply pipe)."""
 
     kind = "protocol"
+
+
+_Failure = TypeVar("_Failure", bound=WorkerFailure)
 
 
 def protocol_message(detail: str) -> str:
@@ -136,11 +140,11 @@ class Worker:
         self.next_id = 1
         self.hello: Hello | None = None
         self.started = time.monotonic()
-        self.memory_base = None   # what it held at hello, before the learner's module (harness/memory.py)
+        self.memory_base: Baseline | None = None   # what it held at hello, before the learner's module (harness/memory.py)
 
     # -- low level ------------------------------------------------------------------------
 
-    def _fail(self, exc_type, message: str) -> WorkerFailure:
+    def _fail(self, exc_type: type[_Failure], message: str) -> _Failure:
         self._drain_output()
         self.kill()
         return exc_type(message, self.output.take())
@@ -329,6 +333,7 @@ class WorkerPool:
             raise self.load_failure.with_traceback(None)   # one exception, raised afresh: its traceback would grow with every test
         self.spawn()
         worker = self.worker
+        assert worker is not None     # spawn() leaves one
         try:
             hello_deadline = time.monotonic() + self._timeout(self.startup_timeout)
             worker.wait_hello(hello_deadline)

@@ -35,7 +35,7 @@ class _Run:
     def __init__(self, learner: LearnerModule):
         self.learner = learner
         self.done = threading.Event()
-        self.outcome = None
+        self.outcome: tuple[list, list[str]] | None = None     # set before ``done`` unless it failed
         self.error: BaseException | None = None
 
 
@@ -109,6 +109,7 @@ class KeptSession:
                 raise self.error or RuntimeError("the kept pytest session has ended")
         if run.error is not None:
             raise run.error
+        assert run.outcome is not None     # a run that is done without an error has its outcome
         return run.outcome
 
     def close(self) -> None:
@@ -122,7 +123,7 @@ class KeptSessions:
     runs a session of its own, as it would anywhere. A kept session that fails is dropped (its
     check fails with that error, as a grader error) and the next check starts a new one."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.sessions: dict[tuple, KeptSession] = {}
 
     def __call__(self, ex, pool, learner_file, *, seed: int, device: str, select: str | None, lean: bool = True):

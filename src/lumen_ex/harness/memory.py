@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
+from typing import cast
 
 from lumen_ex.sandbox.base import Launched
 
@@ -78,7 +79,7 @@ def baseline(launched: Launched) -> Baseline:
     tree is read only where /proc may be needed: no cgroup, or a v2 one (its peak may not reset)."""
     cgroup = getattr(getattr(launched, "enforcement", None), "cgroup", None)
     usage = cgroup.memory_usage() if cgroup is not None else None
-    if usage is not None and cgroup.version == 1:
+    if usage is not None and cgroup is not None and cgroup.version == 1:
         return Baseline(usage, {})
     pid = getattr(getattr(launched, "proc", None), "pid", None)
     if pid is None:        # a worker without a host process of its own (test doubles): nothing to read
@@ -130,7 +131,7 @@ class MemoryProbe:
             return exact[0]
         bounds = [r for r in readings if r.extra_bytes is not None]
         if bounds:
-            return min(bounds, key=lambda r: r.extra_bytes)
+            return min(bounds, key=lambda r: cast(int, r.extra_bytes))     # not None in bounds
         return MemoryUse(None, False, NOT_MEASURED)
 
 

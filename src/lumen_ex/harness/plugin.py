@@ -12,6 +12,7 @@ import hashlib
 import time
 import traceback
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -43,12 +44,17 @@ class GradingPlugin:
         self.results = {}
         self.order = []
 
+    @property
+    def learner(self) -> LearnerModule:
+        """The learner's module of the run: given here or by :meth:`begin` before its tests run."""
+        return cast(LearnerModule, self._learner)
+
     # -- fixtures -----------------------------------------------------------------------------
 
     @pytest.fixture
     def submission(self) -> LearnerModule:
         """The learner's module (the fixture keeps the name the hidden suites use)."""
-        return self._learner
+        return self.learner
 
     @pytest.fixture
     def device(self) -> str:
@@ -65,7 +71,7 @@ class GradingPlugin:
     @pytest.fixture
     def cuda(self) -> str:
         """The device for tests that need a GPU; skipped cleanly without one."""
-        if not self._learner.cuda_available:
+        if not self.learner.cuda_available:
             pytest.skip("no CUDA device in the sandbox")
         return "cuda"
 
@@ -87,7 +93,7 @@ class GradingPlugin:
             self.collect_errors.append(str(report.longrepr)[-2000:])
 
     def pytest_runtest_setup(self, item) -> None:
-        self._learner.outputs.clear()
+        self.learner.outputs.clear()
         take_notes()   # a note left outside a test belongs to none
         self._started = time.perf_counter()
 
@@ -147,6 +153,7 @@ def with_source_line(diag: Diagnosis, learner: LearnerModule) -> None:
 
 def _classify(excinfo, exercise: Exercise | None = None) -> tuple[Status, Diagnosis]:
     exc = excinfo.value if excinfo is not None else None
+    diag: Diagnosis | None
     if isinstance(exc, CheckFailed):
         diag = exc.diagnosis
     elif isinstance(exc, ImportFailed):
@@ -188,8 +195,8 @@ def author_fault(excinfo, exercise: Exercise) -> Diagnosis | None:
     root = Path(exercise.root).resolve()
     frames = []
     for entry in excinfo.traceback:
-        path = Path(str(entry.path))
-        path = path.resolve() if path.is_absolute() else None
+        given = Path(str(entry.path))
+        path = given.resolve() if given.is_absolute() else None
         if path is not None and path.is_relative_to(root):
             frames.append((path.relative_to(root).as_posix(), entry.lineno + 1, entry.name))
     if not frames:

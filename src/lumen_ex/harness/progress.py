@@ -16,7 +16,7 @@ Listener = Callable[[dict], None]
 
 
 class Progress:
-    def __init__(self):
+    def __init__(self) -> None:
         self.listener: Listener | None = None
         self.cancelled = False
         self.total = 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -52,10 +52,11 @@ def _annotator(devices: frozenset[str]):
     claims about the tensor) and stores them on the rebuilt tensor as ``lumen_meta``."""
 
     def annotate(t: torch.Tensor, ref: dict) -> torch.Tensor:
-        t.lumen_meta = tensor_meta(ref, devices)
+        info = tensor_meta(ref, devices)
+        cast(Any, t).lumen_meta = info     # an attribute of our own on the tensor, read by meta()
         # Checked here, not claimed: a tensor rebuilt on meta arrived without data (wire.py), and
         # one that arrived with data is no meta tensor, whatever its tag says.
-        if (t.lumen_meta.device == "meta") != t.is_meta:
+        if (info.device == "meta") != t.is_meta:
             raise wire.ProtocolError("a tensor's device tag says meta but it carried data, or the reverse")
         return t
 
@@ -96,9 +97,10 @@ class LearnerModule:
             self._pool.ready()
         except Exception as exc:
             # A failed import fails every test the same way: show its output once, with the first.
-            if getattr(exc, "output", "") and not getattr(exc, "output_shown", False):
-                self.outputs.append(exc.output)
-                exc.output_shown = True
+            output = getattr(exc, "output", "")
+            if output and not getattr(exc, "output_shown", False):
+                self.outputs.append(output)
+                cast(Any, exc).output_shown = True     # marked on the exception itself, raised for every test
             # An import that ran a forbidden API (the worker refuses it: sandbox/inside/forbid.py)
             # fails on it: when the scan proves the file reaches one, that is the diagnosis.
             self._refuse_forbidden(fn, [])
@@ -173,11 +175,11 @@ class LearnerModule:
             pool = self._pool
             forbidden = list(getattr(pool, "forbidden", None) or [])
             module_dir = getattr(getattr(pool, "spec", None), "module_dir", None)
-            scanned = bool(forbidden) and module_dir is not None
-            self._scan = (scan_file(Path(module_dir) / self.module_file, forbidden,
-                                    data=getattr(pool, "source", None)) if scanned else None)
+            folder = Path(module_dir) if forbidden and module_dir is not None else None   # None: no scan
+            self._scan = (scan_file(folder / self.module_file, forbidden,
+                                    data=getattr(pool, "source", None)) if folder is not None else None)
             # files beside the learner's named like importable modules: refused with the scan
-            self._shadows = shadowing_files(Path(module_dir), self.module_file) if scanned else []
+            self._shadows = shadowing_files(folder, self.module_file) if folder is not None else []
             self._scanned: dict[str, list[str]] = {}
         if self._scan is None:
             return []
@@ -188,7 +190,7 @@ class LearnerModule:
     def _unverifiable_in_source(self, fn: str) -> list[str]:
         """Why the scan cannot prove that ``fn`` reaches no forbidden API (code it cannot follow, a
         file over its bounds); empty when it can. Called after _forbidden_in_source."""
-        if getattr(self, "_scan", None) is None:
+        if not hasattr(self, "_scan") or self._scan is None:
             return []
         return self._shadows + [f.why for f in self._scan.unverifiable(fn)]
 
@@ -262,7 +264,8 @@ class LearnerModule:
             _require(isinstance(result.args_after, tuple) and len(result.args_after) == n_args,
                      "the arguments were not echoed back one for one")
         claimed = _claimed_or_none(h)
-        _require(claimed is not None, "the list of forbidden calls is malformed")
+        if claimed is None:
+            raise wire.ProtocolError("the list of forbidden calls is malformed")
         return result, claimed
 
 

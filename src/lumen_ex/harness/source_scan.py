@@ -40,6 +40,7 @@ from __future__ import annotations
 import ast
 import time
 from pathlib import Path
+from typing import cast
 
 from lumen_ex.core import bounded, snapshot
 from lumen_ex.harness.scan_checks import NodeChecks
@@ -99,7 +100,7 @@ class SourceScan(NodeChecks):
         self.strict: set[str] = set()                    # names bound to a module itself (not a value)
         self.bases: set[int] = set()                     # nodes used as `x` in x.attr or x(...)
         self.roots: list[ast.AST] = []                   # what runs when the module is imported
-        self.imports: list[ast.AST] = []                 # module-level imports (run at import too)
+        self.imports: list[ast.Import | ast.ImportFrom] = []              # module-level imports (run at import too)
         self._index()
         self._cache: dict[str, list[Finding]] = {}
 
@@ -196,7 +197,7 @@ class SourceScan(NodeChecks):
         elif (isinstance(node, ast.Assign) and pure_alias(node.value)
               and all(isinstance(t, ast.Name) for t in node.targets)):
             for target in node.targets:                  # fn = torch.nn.functional: a definition
-                self.defs.setdefault(target.id, []).append(node)
+                self.defs.setdefault(cast(ast.Name, target).id, []).append(node)
         elif is_main_guard(node):
             return
         else:                                            # anything else runs at import
@@ -228,8 +229,8 @@ class SourceScan(NodeChecks):
         seen_names: set[str] = set()
         todo_nodes: list[ast.AST] = list(self.roots)
         todo_names = [function]
-        for node in self.imports:                        # which modules: checked whether used or not
-            found += [f for f in self._import(node) if not f.api]
+        for imported in self.imports:                    # which modules: checked whether used or not
+            found += [f for f in self._import(imported) if not f.api]
         while todo_nodes or todo_names:
             if not todo_nodes:
                 name = todo_names.pop()

@@ -32,7 +32,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, cast
 
 from lumen_ex import __version__
 from lumen_ex.core.errors import LumenError, SandboxUnavailable, UsageError
@@ -169,7 +169,8 @@ def requirements() -> list[str]:
     versions installed here when they are, so the image grades with the same pytest and numpy."""
     specs = []
     for req in importlib.metadata.requires("lumen-ex") or []:
-        name = re.match(r"[A-Za-z0-9_.-]+", req).group(0)
+        # a requirement starts with its project's name; a bad one fails here as it always has
+        name = cast("re.Match[str]", re.match(r"[A-Za-z0-9_.-]+", req)).group(0)
         if "extra ==" in req or name.lower() == "torch":
             continue
         try:
@@ -225,6 +226,7 @@ def docker_build(context: Path, *, base: str, tags: list[str], labels: dict[str,
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             stdin=subprocess.DEVNULL)
     log: list[str] = []
+    assert proc.stdout is not None      # stdout=PIPE
     for line in proc.stdout:
         line = line.rstrip()
         log.append(line)
@@ -288,6 +290,7 @@ def build_local_base(tag: str = image.LOCAL_BASE, *, suite: str = DEBIAN_SUITE, 
         tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
         imp = subprocess.run([engine_mod.docker_binary() or "docker", "import", "-", tag],
                              stdin=tar.stdout, capture_output=True, text=True)
+        assert tar.stdout is not None   # stdout=PIPE
         tar.stdout.close()
         tar.wait()
         if imp.returncode != 0 or tar.returncode != 0:

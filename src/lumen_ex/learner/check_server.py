@@ -47,6 +47,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # imported where first needed at run time (it imports the harness)
+    from lumen_ex.learner.watch_session import WatchSession
 
 SWITCH_ENV = "LUMEN_EX_CHECK_SERVER"     # "off": every check is cold, and no server is started
 IDLE_ENV = "LUMEN_EX_CHECK_SERVER_IDLE"  # seconds: how long a server waits for a check before it stops
@@ -136,7 +140,7 @@ def warm_check(exercise: str, *, workspace: Path, sandbox: str, note: str, devic
     the warning it would show; ``limit_s`` how long to wait for the answer."""
     folder = runtime_dir()
     key = server_key(workspace, sandbox, device) if folder is not None else None
-    if key is None:
+    if folder is None or key is None:
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -197,7 +201,7 @@ def start(workspace: Path, sandbox: str, device: str, exercise: str) -> None:
     checked); it stays only if no other server of the same key runs."""
     folder = runtime_dir(create=True)
     key = server_key(workspace, sandbox, device) if folder is not None else None
-    if key is None:
+    if folder is None or key is None:
         return
     from lumen_ex.core.trusted import TRUSTED_CWD, child_env, python_command
 
@@ -222,7 +226,7 @@ class CheckServer:
     def __init__(self, key: str, workspace: Path, sandbox: str, device: str, folder: Path):
         self.key, self.workspace, self.sandbox, self.device = key, workspace, sandbox, device
         self.socket_path = folder / f"{key}.sock"
-        self.session = None          # the WatchSession of the exercise checked last
+        self.session: WatchSession | None = None    # the session of the exercise checked last
         self.next_seed: int | None = None   # drawn in advance for the next check that names no seed
         self.listener: socket.socket | None = None
 
@@ -290,6 +294,7 @@ class CheckServer:
             log(f"not checked warm ({type(exc).__name__}): the check goes cold")
             conn.sendall(json.dumps({"result": None}).encode())
             return
+        assert self.session is not None     # _check made it
         log(f"checked {self.session.ex.dir} seed {result.seed}: {result.status.value} in "
             f"{time.monotonic() - started:.2f} s")
         conn.settimeout(60.0)

@@ -30,11 +30,17 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import TYPE_CHECKING, cast
 
-from lumen_ex.sandbox.base import Launcher, WorkerSpec
+from lumen_ex.sandbox.base import Launched, Launcher, WorkerSpec
 from lumen_ex.sandbox.processes import kill_group
+
+if TYPE_CHECKING:   # for annotations only: harness.client imports torch (see above)
+    from lumen_ex.core.results import TestResult
+    from lumen_ex.harness.client import WorkerPool
 
 RESPAWN_FAILURES = 3    # give up pre-launching after this many workers in a row die while idle
 
@@ -59,7 +65,7 @@ class GuardedLauncher:
         self.inner = launcher
         self.refuse = False
         self._launched: list = []    # what this launcher started and may still be running
-        self.spare = None            # a Launched worker without the warm-up, its hello not read
+        self.spare: Launched | None = None   # a worker without the warm-up, its hello not read
         self.spare_spec: WorkerSpec | None = None   # ... and the spec it was launched with
         self.wants_spare = False     # a check of this session asked for such a worker
 
@@ -100,7 +106,7 @@ class GuardedLauncher:
 
 
 @contextmanager
-def deferred_interrupts():
+def deferred_interrupts() -> Iterator[None]:
     """Hold Ctrl-C (and SIGTERM) until the block ends, then raise KeyboardInterrupt."""
     pending: list[int] = []
     saved = {}
@@ -184,10 +190,10 @@ class PreparedRun:
 
         self.device, self.seed = device, seed
         self.slot = PoolSlot()
-        self.submission = LearnerModule(self.slot, device, module_file)
+        self.submission = LearnerModule(cast("WorkerPool", self.slot), device, module_file)   # the slot forwards to one
         self.gate = _gate_class()()
         self.plugins = plugins
-        self.outcome = None
+        self.outcome: tuple[list[TestResult], list[str]] | None = None
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._main, args=(ex,), daemon=True,
                                        name="lumen-ex-watch-suite")

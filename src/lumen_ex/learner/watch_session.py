@@ -33,7 +33,7 @@ import select
 import signal
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, cast
 
 from lumen_ex.core import catalog as catalog_mod
 from lumen_ex.core import seeds
@@ -59,7 +59,10 @@ def watch_launcher(sandbox: str) -> tuple[Launcher, str]:
             "of its own, with nothing to keep warm between saves)",
             "Use `lumen-ex watch` with --sandbox bwrap (or auto), and `lumen-ex check --sandbox docker` "
             "for a final check in the container")
-    return select_backend(sandbox) if sandbox != "auto" else best_host_launcher()
+    if sandbox == "auto":
+        return best_host_launcher()
+    backend, warning = select_backend(sandbox)
+    return cast(Launcher, backend), warning     # every backend but docker's is a Launcher
 
 
 class WatchSession:
@@ -262,7 +265,8 @@ class WatchSession:
                 self.polling = True
                 self._watcher = watcher = Poller(self.file, self.poll_interval)
                 watcher.last = None   # compare the content at its first look
-            fds = [watcher.fileno()] if watcher.fileno() is not None else []
+            fd = watcher.fileno()
+            fds: list[int] = [fd] if fd is not None else []
             waiting = prewarm.next if prewarm.next is not None and prewarm.next.hello is None else None
             if waiting is not None:
                 fds.append(waiting.launched.reply_fd)

@@ -226,5 +226,6 @@ def create_app(service: CheckService, *, token: str, port: int, host: str = "127
         return _error(400, str(exc))
 
     app = Starlette(routes=routes, exception_handlers={
-        BadRequest: bad_request, files.Conflict: conflict, Busy: busy, LumenError: lumen_error})
+        # Starlette types a handler's exception as Exception; each of these takes the class it is registered for
+        BadRequest: bad_request, files.Conflict: conflict, Busy: busy, LumenError: lumen_error})  # type: ignore[dict-item]
     return Guard(app, token=token, port=port, host=host)

@@ -20,12 +20,15 @@ import queue
 import secrets
 import threading
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from lumen_ex.core.errors import LumenError
 from lumen_ex.core.results import join_notes
 from lumen_ex.core.untrusted import one_line
 from lumen_ex.core.workspace import Workspace
+
+if TYPE_CHECKING:   # imported where first needed at run time (it imports the harness)
+    from lumen_ex.learner.watch_session import WatchSession
 
 KEPT_CHECKS = 20     # finished checks whose events can still be read
 
@@ -37,7 +40,7 @@ class Check:
     events: list[tuple[str, dict]] = field(default_factory=list)
     done: bool = False
     cancelled: bool = False
-    notify: Callable[[], None] | None = None    # wakes the readers (set by the app, thread-safe)
+    notify: Callable[[], object] | None = None  # wakes the readers (set by the app, thread-safe)
 
     def publish(self, event: str, data: dict, *, last: bool = False) -> None:
         self.events.append((event, data))
@@ -65,7 +68,7 @@ class CheckService:
         self.sandbox_info = {"name": launcher.name, "isolated": launcher.isolated,
                              "note": join_notes(launcher.note(), self.warning)}
         self.progress = Progress()
-        self.session = None                 # the WatchSession of the open exercise
+        self.session: WatchSession | None = None    # the session of the open exercise
         self.checks: dict[str, Check] = {}
         self.current: Check | None = None
         self.jobs: queue.Queue = queue.Queue()

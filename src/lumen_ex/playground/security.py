@@ -87,7 +87,9 @@ class Guard:
         return origin == f"http://{host}" and self.host_ok(host)
 
     def token_ok(self, candidate: str | None) -> bool:
-        return bool(candidate) and hmac.compare_digest(candidate.encode(), self.token.encode())
+        if not candidate:
+            return False
+        return hmac.compare_digest(candidate.encode(), self.token.encode())
 
     # -- ASGI ------------------------------------------------------------------------------------
 

@@ -104,6 +104,8 @@ class Cgroup:
 
     def pids(self) -> list[int]:
         path = self.dirs.get("pids") or self.dirs.get("unified")
+        if path is None:    # neither controller: no process is known to be here
+            return []
         try:
             return [int(p) for p in (path / "cgroup.procs").read_text().split()]
         except (OSError, ValueError, TypeError):

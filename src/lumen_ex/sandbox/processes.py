@@ -21,6 +21,9 @@ import os
 import signal
 import subprocess
 import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 REAP_S = 10.0      # how long a killed process may take to be reaped
 
@@ -89,7 +92,7 @@ class _Handlers:
     replaces the class's own."""
 
     SIGNALS: tuple[int, ...] = ()
-    HANDLER = signal.SIG_DFL
+    HANDLER: Callable[[int, FrameType | None], Any] | int | None = signal.SIG_DFL   # what signal.signal takes
 
     def __init__(self, handler=None):
         self.handler = self.HANDLER if handler is None else handler

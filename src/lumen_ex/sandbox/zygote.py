@@ -24,17 +24,18 @@ from __future__ import annotations
 import json
 import os
 import select
-import signal
 import socket
 import struct
 import subprocess
 import tempfile
 import time
 from dataclasses import replace
+from typing import cast
 
 from lumen_ex.sandbox.base import WORKER_ENV, Availability, Launched, Launcher, WorkerPipes, WorkerSpec
 from lumen_ex.sandbox.bwrap import SANDBOX_UID, BwrapLauncher, module_path
 from lumen_ex.sandbox.cgroups import Enforcement
+from lumen_ex.sandbox.forked_process import ForkedProcess
 from lumen_ex.sandbox.inside import confine
 from lumen_ex.sandbox.processes import kill_group, reap
 from lumen_ex.sandbox.workspace_copy import ZygoteUnavailable, workspace_copy
@@ -46,62 +47,6 @@ LENGTH = struct.Struct(">I")
 
 def supported() -> bool:
     return confine.filter_supported() and hasattr(socket, "SO_PASSCRED") and hasattr(socket, "recv_fds")
-
-
-# -------------------------------------------------------------------------------------------------
-# A forked worker, as the harness sees it
-
-
-class ForkedProcess:
-    """What ``Launched.proc`` is for a forked worker: the subprocess.Popen calls the harness makes
-    (pid, poll, wait, returncode), answered from the worker's init.
-
-    ``pid`` is the init's pid as this side sees it (the leader of the worker's process group: the
-    harness kills the group, and with the init the kernel kills its whole pid namespace). The exit
-    status is the worker's, sent by its init when the worker exits; an init killed before it could
-    send one (the harness's SIGKILL, or the kernel's) reads as killed by SIGKILL."""
-
-    def __init__(self, pid: int, channel: socket.socket):
-        self.pid = pid
-        self.returncode: int | None = None
-        self._channel = channel
-        self._buffer = b""
-        channel.setblocking(False)
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            self._read()
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
-            select.select([self._channel], [], [], remaining)
-        return self.returncode
-
-    def _read(self) -> None:
-        try:
-            chunk = self._channel.recv(64)
-        except BlockingIOError:
-            return
-        except OSError:
-            chunk = b""
-        self._buffer += chunk
-        if self._buffer.startswith(b"x") and len(self._buffer) >= 5:
-            (status,) = struct.unpack(">i", self._buffer[1:5])
-            try:
-                self._finish(os.waitstatus_to_exitcode(status))
-            except ValueError:
-                self._finish(-signal.SIGKILL)
-        elif not chunk:
-            self._finish(-signal.SIGKILL)
-
-    def _finish(self, code: int) -> None:
-        self.returncode = code
-        self._channel.close()
 
 
 # -------------------------------------------------------------------------------------------------
@@ -197,6 +142,7 @@ class Zygote:
     def fork(self, fds: tuple[int, int, int]) -> tuple[int, socket.socket]:
         """Ask for one worker with these pipe ends (request in, reply out, output); return its
         init's pid (from the kernel) and its socket, on which it now waits for its setup."""
+        assert self.control is not None     # the launcher forks only after wait_ready, which set it
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
@@ -340,13 +286,16 @@ class ZygoteLauncher(Launcher):
             raise ZygoteUnavailable(f"the zygote could not be started: {exc}") from None
 
     def make_zygote(self, spec: WorkerSpec) -> Zygote:
-        return Zygote.in_bwrap(self.inner, spec)
+        # A ZygoteLauncher wraps bwrap's launcher (grading_main.forking); one with another inner
+        # launcher makes its zygote its own way (docker_slot.py DockerSlotLauncher).
+        return Zygote.in_bwrap(cast(BwrapLauncher, self.inner), spec)
 
     def _zygote(self, spec: WorkerSpec) -> Zygote:
         if self.zygote is not None and not self.zygote.alive():
             self._drop()
         if self.zygote is None:
             self._new_zygote(spec)
+        assert self.zygote is not None          # _new_zygote set it, or raised
         try:
             self.zygote.wait_ready()
         except ZygoteUnavailable:

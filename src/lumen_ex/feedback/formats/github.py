@@ -66,7 +66,7 @@ def distinct_failures(failing: list) -> list[list]:
     return list(groups.values())
 
 
-def annotations(result: RunResult) -> list[str]:
+def annotation_commands(result: RunResult) -> list[str]:
     """The workflow commands that become annotations: failures first, then the score notice."""
     lines: list[str] = []
     path = exercise_path(result)
@@ -104,7 +104,7 @@ def render(result: RunResult) -> str:
              f"{points(result.score)}/{points(result.max_score)}"]
     lines += [escape_data(line) for line in log_lines(result)]
     lines.append("::endgroup::")
-    lines += annotations(result)
+    lines += annotation_commands(result)
     return "\n".join(lines) + "\n"
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import struct
 import zlib
-from typing import Sequence
+from typing import Sequence, cast
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -47,12 +47,14 @@ def encode_indexed(width: int, height: int, rows: Sequence[bytes], palette: Sequ
     plte = b"".join(bytes(rgb) for rgb in palette)
     # Filter type 2 (Up) for a row equal to the one above (it becomes all zeros), else 0 (None):
     # a heatmap repeats each pixel row many times, and runs of zeros compress fast and small.
-    raw, prev, zeros = [], None, bytes(width)
+    filtered: list[bytes] = []
+    prev: bytes | None = None
+    zeros = bytes(width)
     for r in rows:
         r = bytes(r)
-        raw.append(b"\x02" + zeros if r == prev else b"\x00" + r)
+        filtered.append(b"\x02" + zeros if r == prev else b"\x00" + r)
         prev = r
-    raw = b"".join(raw)
+    raw = b"".join(filtered)
     out = [PNG_SIGNATURE, _chunk(b"IHDR", ihdr), _chunk(b"PLTE", plte)]
     for key, value in (text or {}).items():
         out.append(_chunk(b"tEXt", key.encode("latin-1")[:79] + b"\x00" + value.encode("latin-1", "replace")))
@@ -73,7 +75,8 @@ COOLS0 = REDS0 + LEVELS                       # difference, yours smaller
 
 
 def _ramp(start: tuple[int, int, int], end: tuple[int, int, int]) -> list[tuple[int, int, int]]:
-    return [tuple(round(a + (b - a) * (i + 1) / LEVELS) for a, b in zip(start, end)) for i in range(LEVELS)]
+    return [cast("tuple[int, int, int]", tuple(round(a + (b - a) * (i + 1) / LEVELS) for a, b in zip(start, end)))
+            for i in range(LEVELS)]
 
 
 PALETTE = (_FIXED + _ramp((240, 246, 252), (8, 48, 107)) + _ramp((254, 235, 226), (165, 15, 21))
@@ -192,8 +195,8 @@ def heatmap_png(payload: dict) -> bytes:
                         seg[:t] = bytes([FRAME]) * t
                         seg[inner - t:] = bytes([FRAME]) * t
                 edge = bytes([FRAME]) * inner if framed else bytes(plain)
-                for kind, seg in (("edge", edge), ("dot", dotted), ("plain", plain)):
-                    segs[kind] += [bytes([GRID]), bytes(seg)]
+                for kind, part in (("edge", edge), ("dot", dotted), ("plain", plain)):
+                    segs[kind] += [bytes([GRID]), bytes(part)]
             for kind in panels:
                 body = b"".join(segs[kind]) + bytes([GRID])
                 panels[kind].append(body + bytes([WHITE]) * (panel_w - len(body)))

@@ -157,7 +157,7 @@ def gradients(result, expected: Sequence[torch.Tensor], names: Sequence[str],
 class Expected:
     """One returned tensor and its float64 reference, with the names of its axes."""
 
-    got: object
+    got: torch.Tensor                                 # what the learner returned: tensors() checks it is one first
     value: torch.Tensor
     what: str                                         # "output", "weights", "k_cache" ...
     axes: Sequence[str]

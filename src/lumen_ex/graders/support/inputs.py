@@ -43,9 +43,9 @@ def random_mask(gen: torch.Generator, *shape: int, p: float = 0.6) -> torch.Tens
         # allow it in the first row whose forced hidden key is another one.
         for j in range(L_k):
             if not bool(flat[n, :, j].any()):
-                i = next((i for i in range(L_q) if hidden(n, i) != j), None)
-                if i is not None:
-                    flat[n, i, j] = True
+                row = next((i for i in range(L_q) if hidden(n, i) != j), None)
+                if row is not None:
+                    flat[n, row, j] = True
     if len(shape) >= 3:      # a (query, key) hidden from every head of one batch item: allow it in one
         heads = mask.reshape(-1, shape[-3], L_q, L_k)                      # (B, H, L_q, L_k)
         for b in range(heads.shape[0]):
@@ -176,6 +176,7 @@ def large_scores_case(seed: int, *, scale: float, top: float = 120.0, **sizes: i
     for n in range(q.shape[0]):
         for i in range(L_q):
             k[n, (i + n) % L_k] = aligned_key(q[n, i], top)   # (d_k,): q_i . k / sqrt(d_k) = top
+    assert case.mask is not None                              # mask="full" draws one
     mask = case.mask.clone()
     _plant_near_tie(q, k, mask.reshape(-1, L_q, L_k), top)
     return AttentionCase(case.q, k.reshape(case.k.shape), case.v, mask, case.sizes, case.batch_axes)
@@ -219,14 +220,16 @@ class DecodeCase:
     def rounded(self, dtype: torch.dtype) -> "DecodeCase":
         """The same case with every tensor rounded to ``dtype`` (kept in float64): the reference then
         sees exactly the inputs the learner gets."""
-        return DecodeCase(*(t.to(dtype).to(torch.float64) for t in self.tensors()), self.n_heads, self.sizes)
+        x_t, k_cache, v_cache, w_q, w_k, w_v, w_o = (t.to(dtype).to(torch.float64) for t in self.tensors())
+        return DecodeCase(x_t, k_cache, v_cache, w_q, w_k, w_v, w_o, self.n_heads, self.sizes)
 
 
 # Distinct sizes, T + 1 included: B=3, H=6, H_kv=2, T=7 (T+1=8), d_head=5, d_model=11.
 DECODE_SIZES = {"B": 3, "n_heads": 6, "n_kv_heads": 2, "T": 7, "d_head": 5, "d_model": 11}
 
 
-def projections(gen: torch.Generator, d_model: int, n_heads: int, n_kv_heads: int, d_head: int):
+def projections(gen: torch.Generator, d_model: int, n_heads: int, n_kv_heads: int,
+                d_head: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """w_q, w_k, w_v, w_o scaled so that scores have unit variance (unsaturated softmax)."""
     w_q = randn(gen, d_model, n_heads * d_head) / d_model**0.5
     w_k = randn(gen, d_model, n_kv_heads * d_head) / d_model**0.5
@@ -274,7 +277,8 @@ class PrefillCase:
 
     def rounded(self, dtype: torch.dtype) -> "PrefillCase":
         """The same case with every tensor rounded to ``dtype`` (kept in float64)."""
-        return PrefillCase(*(t.to(dtype).to(torch.float64) for t in self.tensors()), self.n_heads, self.sizes)
+        x, w_q, w_k, w_v, w_o = (t.to(dtype).to(torch.float64) for t in self.tensors())
+        return PrefillCase(x, w_q, w_k, w_v, w_o, self.n_heads, self.sizes)
 
     def with_x(self, x: torch.Tensor) -> "PrefillCase":
         """The same weights on other tokens (sizes["L"] follows x)."""

@@ -82,7 +82,7 @@ def _resolve(dotted: str):
         module = sys.modules.get(".".join(parts[:cut]))
         if module is None:
             continue
-        owner = module
+        owner: object = module
         for part in parts[cut:]:
             owner = getattr(owner, part, None)
             if owner is None:
@@ -98,7 +98,7 @@ class _OnImport:
     """A finder that sees a watched module imported (by anyone, later) and makes its forbidden names
     unusable as soon as it has run: the module is found and loaded by the other finders as always."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.pending: dict[str, list[str]] = {}          # module -> dotted names to replace in it
         self.apis: dict[str, str] = {}                   # dotted name -> its API
         self.installed = False

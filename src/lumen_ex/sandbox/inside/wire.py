@@ -93,7 +93,7 @@ def tensor_spec(t: torch.Tensor) -> tuple[dict, bytes]:
     return {"dtype": name, "shape": list(plain.shape), "nbytes": len(raw)}, raw
 
 
-def encode_frame(header: dict, tensors: list[torch.Tensor] = ()) -> bytes:
+def encode_frame(header: dict, tensors: list[torch.Tensor] | tuple[()] = ()) -> bytes:
     """Build one frame: the header gets a "tensors" list describing ``tensors``."""
     specs, blobs = [], []
     for t in tensors:

@@ -219,7 +219,7 @@ class FrameParser:
     broken (every later call raises), and its owner replaces the other side.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._buf = bytearray()
         self._need_header: int | None = None
         self._pending: tuple[dict, list] | None = None

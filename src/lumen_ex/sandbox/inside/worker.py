@@ -25,7 +25,16 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE = "lumen_inside"   # the name this folder is imported under inside the sandbox (see _wire_module)
-wire = forbid = torch = None  # imported in main(), once the extra site folders are on sys.path
+TYPE_CHECKING = False   # typing.TYPE_CHECKING, read by the type checker, without importing typing here
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+    import torch
+
+    from . import forbid, wire
+else:
+    wire = forbid = torch = None  # imported in main(), once the extra site folders are on sys.path
 
 LEARNER_DIRS: list[str] = []
 
@@ -99,6 +108,7 @@ def serve(req_fd: int, rep_fd: int) -> int:
                   "torch": torch.__version__, "cuda": torch.cuda.is_available()})
     parser = wire.FrameParser()
     module = None
+    reply: dict[str, object]
     while True:
         try:
             header, tensors = wire.read_frame_blocking(req_fd, parser)
@@ -131,11 +141,11 @@ def serve(req_fd: int, rep_fd: int) -> int:
         wire.write_all(rep_fd, frame)
 
 
-def send(fd: int, header: dict, tensors: list = ()) -> None:
+def send(fd: int, header: dict, tensors: Sequence[torch.Tensor] = ()) -> None:
     wire.write_all(fd, wire.encode_frame(header, list(tensors)))
 
 
-def load(header: dict, tensors: list = ()):
+def load(header: dict, tensors: Sequence[torch.Tensor] = ()):
     path, name = str(header["path"]), str(header["module"])
     source = None
     if header.get("source") == "tensor" and tensors:   # the harness's snapshot of the file
@@ -170,12 +180,12 @@ def import_exact(name: str, file: str, source: bytes | None = None):
 
 
 def describe_functions(module, names: list) -> dict:
-    found = {}
+    found: dict[object, dict[str, Any] | None] = {}
     for name in names:
         if (fn := getattr(module, str(name), None)) is None:
             found[name] = None
             continue
-        entry = {"callable": callable(fn), "params": []}
+        entry: dict[str, Any] = {"callable": callable(fn), "params": []}
         try:
             for p in inspect.signature(fn).parameters.values():
                 entry["params"].append({"name": p.name, "kind": p.kind.name,
@@ -238,7 +248,7 @@ def call(module, header: dict, tensors: list):
 def gradients(result, inputs: list, seeds: list, placed: list, out: list):
     """Gradients of the returned tensors with respect to ``inputs``, for given upstream seeds."""
     items = list(result) if isinstance(result, (tuple, list)) else [result]
-    loss = 0
+    loss: torch.Tensor | int = 0
     for item, seed in zip(items, seeds):
         if seed is None:
             continue
@@ -247,7 +257,8 @@ def gradients(result, inputs: list, seeds: list, placed: list, out: list):
         # sum(out * seed) has the vector-Jacobian product as its gradient; a scalar loss also keeps
         # autograd from importing sympy to check grad_outputs shapes (0.4 s on first use).
         loss = loss + (item * wire.unpack(seed, placed).to(item.dtype)).sum()
-    grads = torch.autograd.grad(loss, inputs, allow_unused=True)
+    # (loss is still the int 0 when every seed is None: torch refuses it, and that error is the reply)
+    grads = torch.autograd.grad(loss, inputs, allow_unused=True)  # type: ignore[arg-type]
     return {"grads": wire.pack(tuple(grads), out)[0]}
 
 
@@ -270,6 +281,8 @@ def describe_exception(exc: BaseException) -> dict:
 
 def flush_learner_streams() -> None:
     for stream in {sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__}:
+        if stream is None:   # no console (sys.__stdout__), or set so by the learner: nothing to flush
+            continue
         try:
             stream.flush()
         except Exception:  # noqa: BLE001  a learner may have replaced or closed them

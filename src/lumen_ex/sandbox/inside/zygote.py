@@ -58,6 +58,7 @@ NAMESPACES = 0                  # set in main(): confine.CLONE_NEW{NS,PID,IPC,NE
 def _inside_module(name: str):
     """A file of this folder as a module, by its path (nothing is put on sys.path)."""
     spec = importlib.util.spec_from_file_location(f"lumen_{name}", os.path.join(HERE, f"{name}.py"))
+    assert spec is not None and spec.loader is not None   # always, for a path ending in .py
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -95,7 +96,7 @@ def main(argv: list[str]) -> int:
             if os.fork() == 0:
                 try:
                     control.close()
-                    _first_child(worker, *fds, argv[2:])
+                    _first_child(worker, fds[0], fds[1], fds[2], fds[3], argv[2:])   # (four: checked above)
                 except BaseException:
                     traceback.print_exc()     # into the zygote's log (the harness shows its last line)
                 finally:
@@ -296,7 +297,7 @@ def _exit_like_python(code: int) -> None:
     import threading
 
     try:
-        threading._shutdown()
+        threading._shutdown()  # type: ignore[attr-defined]  # CPython's own, not in the type stubs
         atexit._run_exitfuncs()
     finally:
         for stream in (sys.stdout, sys.stderr):
