@@ -216,6 +216,17 @@ class _DeclaredProgress:
         self.inner, self.expected = inner, expected       # student -> "pass" or "fail"
         self.unexpected = 0
 
+    # The plan, its notes and the check each grading process takes are not shown: the batch's
+    # students are dev check's own (file x seed), its seed each student's, its notes about them.
+    def planned(self, regraded: list[tuple[str, str, str]]) -> None:
+        pass
+
+    def notes(self, notes: list[str]) -> None:
+        pass
+
+    def started_check(self, student: str, exercise: Exercise) -> None:
+        pass
+
     def begin(self, total: int, resumed: int, students: int, note: str) -> None:
         self.inner.begin(total, resumed, students, note)
 

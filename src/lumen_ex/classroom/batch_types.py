@@ -72,7 +72,17 @@ class Finished:
 
 
 class Progress(Protocol):
+    """What a batch tells whoever shows its progress (src/lumen_ex/cli/classroom.py ``GradeProgress``),
+    in this order: ``planned`` and ``notes`` once the plan is made, ``begin``, then ``started_check``
+    and ``finished`` for each check as grading processes take and finish it, and ``end``."""
+
+    def planned(self, regraded: list[tuple[str, str, str]]) -> None:
+        """What a rerun regrades and why: (name, exercise folder, reason) for each check."""
+    def notes(self, notes: list[str]) -> None:
+        """Notes about the submissions and the run (two entries with one name, entries skipped)."""
     def begin(self, total: int, resumed: int, students: int, note: str) -> None: ...
+    def started_check(self, student: str, exercise: Exercise) -> None:
+        """A grading process began ``student`` x ``exercise``."""
     def finished(self, item: Finished) -> None: ...
     def end(self) -> None: ...
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lumen_ex.classroom.late import SOURCES, duration_text, iso
 from lumen_ex.core.atomic import write_atomically
@@ -32,6 +33,9 @@ from lumen_ex.core.results import RunResult, Status, TestResult
 from lumen_ex.core.untrusted import code_block, encodable, html, markdown
 from lumen_ex.feedback.pictures import caption, data_url, picture, pictured
 from lumen_ex.feedback.text import OUTPUT_CAP, explain, points
+
+if TYPE_CHECKING:
+    from lumen_ex.classroom.gradebook import ClassReport
 
 FEEDBACK = "feedback"
 MARK = {Status.PASS: "✓", Status.FAIL: "✗", Status.ERROR: "!", Status.TIMEOUT: "⏱", Status.SKIPPED: "–"}
@@ -164,14 +168,14 @@ def html_feedback(row, exercises, assessment) -> str:
 # -- writing ------------------------------------------------------------------------------------------------
 
 
-def write_feedback(out: Path, report) -> list[Path]:
+def write_feedback(out: Path, report: ClassReport) -> list[Path]:
     """DIR/feedback/<student>.md and .html for each student of the class report with a result."""
     written: list[Path] = []
     folder = Path(out) / FEEDBACK
     for row in report.rows:
         if not any(doc is not None for doc in row.docs.values()):
             continue
-        a = report.late.get(row.student) if getattr(report, "late", None) else None
+        a = report.late.get(row.student)
         stem = file_stem(row.student)
         for suffix, text in ((".md", markdown_feedback(row, report.exercises, a)),
                              (".html", html_feedback(row, report.exercises, a))):

@@ -94,12 +94,9 @@ class Batch(Planner):
         assert scratch is not None           # a plan that returns has made it
         outcome = Outcome(subs, 0, resumed, notes=notes, seed=self.seed, skipped=self.skipped,
                           regraded=[(j.name, j.exercise.dir, j.reason) for j in jobs])
-        planned = getattr(self.progress, "planned", None)
-        if planned is not None:
-            planned(outcome.regraded)
-        show_notes = getattr(self.progress, "notes", None)     # before grading starts (src/lumen_ex/cli/classroom.py)
-        if show_notes is not None:
-            show_notes(notes)
+        if self.progress is not None:      # before grading starts (src/lumen_ex/cli/classroom.py)
+            self.progress.planned(outcome.regraded)
+            self.progress.notes(notes)
         if not jobs:
             shutil.rmtree(scratch, ignore_errors=True)
             if self.progress:
@@ -261,9 +258,8 @@ class Batch(Planner):
             for queued in proc.queue:
                 if queued.id == msg.id:
                     queued.started = time.monotonic()
-                    began = getattr(self.progress, "started_check", None)    # "now: alice attention"
-                    if began is not None:
-                        began(queued.student, queued.exercise)
+                    if self.progress is not None:      # "now: alice attention"
+                        self.progress.started_check(queued.student, queued.exercise)
         elif isinstance(msg, JobDone):
             job = next((j for j in proc.queue if j.id == msg.id), None)
             if job is None:

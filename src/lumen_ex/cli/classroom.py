@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -28,6 +29,10 @@ from rich.text import Text
 from lumen_ex.cli.options import exercises_option
 from lumen_ex.core.options import DEVICES, FORMATS, SANDBOXES
 from lumen_ex.core.untrusted import clip, one_line
+
+if TYPE_CHECKING:
+    from lumen_ex.classroom.batch_types import Finished
+    from lumen_ex.core.catalog import Exercise
 
 
 class RateMeter:
@@ -111,14 +116,14 @@ class GradeProgress:
         names = sorted(set(self.now.values()))
         return one_line("now: " + ", ".join(names[:4]) + (" …" if len(names) > 4 else "")) if names else ""
 
-    def started_check(self, student: str, exercise) -> None:
+    def started_check(self, student: str, exercise: Exercise) -> None:
         """A grading process began ``student`` x ``exercise``."""
         self.now[(student, exercise.slug)] = f"{student} {exercise.slug}"
         if self.bar is not None:
             assert self.task is not None
             self.bar.update(self.task, now=self._now_text())
 
-    def finished(self, item) -> None:
+    def finished(self, item: Finished) -> None:
         self.now.pop((item.student, item.exercise.slug), None)
         self.meter.add(time.monotonic(), item.done)
         rate, eta = self.meter.per_minute(), clock(self.meter.eta(item.total - item.done))

@@ -129,8 +129,8 @@ class GradingPlugin:
 def graded_lines(learner: LearnerModule) -> list[str]:
     """The lines of the learner's file as this check graded it: the snapshot the harness read once
     (src/lumen_ex/core/snapshot.py, held by the worker pool), never the file on disk, which may have changed."""
-    data = getattr(getattr(learner, "_pool", None), "source", None)
-    return data.decode("utf-8", "replace").splitlines() if isinstance(data, bytes) else []
+    data = learner.graded_source
+    return data.decode("utf-8", "replace").splitlines() if data is not None else []
 
 
 def with_source_line(diag: Diagnosis, learner: LearnerModule) -> None:

@@ -122,6 +122,12 @@ class LearnerModule:
         pool.spawn(pool.launcher.launch(replace(pool.spec, warm=False)))
 
     @property
+    def graded_source(self) -> bytes | None:
+        """The learner's file as this check grades it: the snapshot the harness read once
+        (src/lumen_ex/core/snapshot.py), never the file on disk, which may have changed since."""
+        return self._pool.source
+
+    @property
     def cuda_available(self) -> bool:
         worker = self._pool.ready()
         return bool(worker.hello and worker.hello.cuda)
@@ -173,11 +179,10 @@ class LearnerModule:
         worker's own record of forbidden calls can be erased by the code it runs, the file cannot."""
         if not hasattr(self, "_scan"):
             pool = self._pool
-            forbidden = list(getattr(pool, "forbidden", None) or [])
-            module_dir = getattr(getattr(pool, "spec", None), "module_dir", None)
-            folder = Path(module_dir) if forbidden and module_dir is not None else None   # None: no scan
-            self._scan = (scan_file(folder / self.module_file, forbidden,
-                                    data=getattr(pool, "source", None)) if folder is not None else None)
+            forbidden = list(pool.forbidden)
+            folder = Path(pool.spec.module_dir) if forbidden else None   # None: no scan
+            self._scan = (scan_file(folder / self.module_file, forbidden, data=pool.source)
+                          if folder is not None else None)
             # files beside the learner's named like importable modules: refused with the scan
             self._shadows = shadowing_files(folder, self.module_file) if folder is not None else []
             self._scanned: dict[str, list[str]] = {}
@@ -239,7 +244,7 @@ class LearnerModule:
             return
         names = [short_api_name(n) for n in forbidden]
         listed = " and ".join(names) if len(names) <= 2 else ", ".join(names[:-1]) + " and " + names[-1]
-        hints = {api.name: api.hint for api in getattr(self._pool, "forbidden", ()) if getattr(api, "hint", "")}
+        hints = {api.name: api.hint for api in self._pool.forbidden if api.hint}
         hint = next((hints[n] for n in forbidden if n in hints),
                     "Write it yourself from the operations the exercise's README shows.")
         raise CheckFailed(Diagnosis(

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import cast
 
 from lumen_ex.core import bounded, snapshot
+from lumen_ex.core.forbidden import ForbiddenAPI
 from lumen_ex.harness.scan_checks import NodeChecks
 from lumen_ex.harness.scan_rules import (
     MODULE_HOOKS,
@@ -278,7 +279,7 @@ class RefusedScan:
         return self.findings(function)
 
 
-def scan_file(path: Path, forbidden: list[str], data: bytes | None = None) -> SourceScan | RefusedScan:
+def scan_file(path: Path, forbidden: list[ForbiddenAPI] | list[str], data: bytes | None = None) -> SourceScan | RefusedScan:
     """The scan of the learner's file (of ``data``, its snapshot taken when the check began, when
     given: src/lumen_ex/core/snapshot.py); a file that cannot be read or checked within the bounds is
     refused (never skipped). At most MAX_SOURCE_BYTES bytes are ever read: a larger file is refused

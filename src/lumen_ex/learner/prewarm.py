@@ -244,11 +244,11 @@ class PreparedRun:
 _KEPT = None
 
 
-def kill_now(launched) -> None:
+def kill_now(launched: Launched) -> None:
     """SIGKILL a launched worker's process group and every process in its cgroup: from then on
     nothing of that run executes. Waiting for them and removing the cgroup come later."""
     kill_group(launched.proc.pid)
-    cgroup = getattr(launched.enforcement, "cgroup", None)
+    cgroup = launched.enforcement.cgroup
     for pid in cgroup.pids() if cgroup is not None else ():
         try:
             os.kill(pid, signal.SIGKILL)
