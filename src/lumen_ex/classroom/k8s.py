@@ -59,7 +59,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from lumen_ex.classroom.batch_types import Outcome
+from lumen_ex.classroom.batch_types import GradeRequest, Outcome
 from lumen_ex.classroom.entries import discover
 from lumen_ex.classroom.store import load_document, record, result_path
 from lumen_ex.classroom.submissions import prepare
@@ -343,7 +343,7 @@ def emit_manifests(submissions: Path, out: Path, exercises: list[Exercise], *, i
     return written
 
 
-def collect_results(req, results_dir: Path):
+def collect_results(req: GradeRequest, results_dir: Path) -> Outcome:
     """Record the cluster's result documents (results/<i>/<exercise dir>/result.json) as local ones."""
     index_path = Path(req.out) / K8S / "index.json"
     try:

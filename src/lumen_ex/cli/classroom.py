@@ -327,8 +327,7 @@ def grade(ctx, submissions: Path, numbers, all_: bool, out: Path, jobs: int, san
             click.echo(f"wrote {path}")
         ctx.exit(0)
     from lumen_ex.classroom.batch_types import GradeRequest
-    from lumen_ex.classroom.outputs import write_outputs
-    from lumen_ex.classroom.scheduler import grade_class
+    from lumen_ex.classroom.class_run import grade as grade_and_report
     from lumen_ex.cli.render import console
 
     con = console()
@@ -341,19 +340,11 @@ def grade(ctx, submissions: Path, numbers, all_: bool, out: Path, jobs: int, san
 
         ctx.exit(render_status(con, class_status(req), roster, out))
     progress = GradeProgress(con)
-    if collect is not None:
-        from lumen_ex.classroom.k8s import collect_results
-
-        outcome = collect_results(req, collect)
-    else:
-        outcome = grade_class(req, progress)
+    graded = grade_and_report(req, progress, collect=collect)
+    outcome, report = graded.outcome, graded.report
     for note in outcome.notes:
         if note not in progress.shown:      # the notes shown before grading began
             con.print(Text(one_line(note), style="dim"))
-    from lumen_ex.classroom.late import record_times
-
-    record_times(out, outcome.students)
-    report = write_outputs(out, [s.student for s in outcome.students], exercises, submissions.name, tuple(formats))
     render_report(con, report, out)
     if outcome.interrupted:
         done = sum(r.status != "pending" for r in report.rows)
