@@ -26,8 +26,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 from rich.text import Text
 
-from lumen_ex.cli.options import exercises_option
-from lumen_ex.core.options import DEVICES, FORMATS, SANDBOXES
+from lumen_ex.cli.options import device_option, exercises_option, sandbox_option, seed_option
+from lumen_ex.core.options import FORMATS
 from lumen_ex.core.untrusted import clip, one_line
 
 if TYPE_CHECKING:
@@ -285,15 +285,14 @@ def exercises_of(numbers: tuple[str, ...], all_: bool):
 @click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Where results, gradebook.csv and report.md go (a rerun resumes from it).")
 @click.option("--jobs", "-j", type=int, default=2, show_default=True, help="Checks graded at the same time.")
-@click.option("--sandbox", type=click.Choice(SANDBOXES), default="auto", show_default=True,
-              help="docker or bwrap; none (not isolated) is refused unless --unsafe.")
+@sandbox_option("docker or bwrap; none (not isolated) is refused unless --unsafe.")
 @click.option("--unsafe", is_flag=True, help="Allow the unisolated mode: every submission runs with your permissions.")
 @click.option("--force", is_flag=True, help="Regrade checks that already have a result.")
 @click.option("--student", "students", multiple=True, help="Only this student (folder or zip name); repeatable.")
 @click.option("--format", "formats", type=click.Choice(FORMATS), multiple=True,
               help="Also write this view beside each result document; repeatable.")
-@click.option("--seed", type=int, default=None, help="One seed for every check of the class (default: the one recorded in OUT/class.json, else a fresh one, recorded).")
-@click.option("--device", type=click.Choice(DEVICES), default="cpu", show_default=True)
+@seed_option("One seed for every check of the class (default: the one recorded in OUT/class.json, else a fresh one, recorded).")
+@device_option("cpu")
 @click.option("--timeout", type=float, default=None,
               help="Seconds one student x exercise may take (default: the exercise's limits + 60 s).")
 @click.option("--emit", type=click.Choice(("k8s",)), default=None,

@@ -7,8 +7,7 @@ from pathlib import Path
 import click
 from rich.text import Text
 
-from lumen_ex.cli.options import exercises_option
-from lumen_ex.core.options import SANDBOXES
+from lumen_ex.cli.options import exercises_option, sandbox_option
 from lumen_ex.core.untrusted import one_line
 
 
@@ -48,7 +47,7 @@ def new(directory: Path, slug: str, title: str, number: int | None, name: str | 
 @click.option("--close-seeds", default="4,5", show_default=True,
               help="More seeds for the files nearest the tolerance (the reference, correct files, buggy files "
                    "that fail by a small value difference); '' for none.")
-@click.option("--sandbox", type=click.Choice(SANDBOXES), default="auto", show_default=True)
+@sandbox_option()
 @click.option("--jobs", "-j", type=int, default=2, show_default=True, help="Gradings at once.")
 @click.option("--no-grade", is_flag=True, help="Only validate the manifests, files and headers.")
 @click.option("--exercise", "-e", "only", multiple=True, help="Only this exercise (number or slug); repeatable.")

@@ -20,9 +20,16 @@ from pathlib import Path
 import click
 
 from lumen_ex import __version__
-from lumen_ex.cli.options import exercises_option
+from lumen_ex.cli.options import (
+    SESSION_SEED_HELP,
+    WARM_SANDBOX_HELP,
+    device_option,
+    exercises_option,
+    sandbox_option,
+    seed_option,
+)
 from lumen_ex.core.errors import LumenError
-from lumen_ex.core.options import CHECK_FORMATS, DEVICES, SANDBOXES
+from lumen_ex.core.options import CHECK_FORMATS
 from lumen_ex.core.untrusted import visible
 
 workspace_option = click.option("--workspace", "-w", type=click.Path(file_okay=False, path_type=Path),
@@ -96,12 +103,11 @@ def init(directory: Path, ci: str | None, spec: str) -> None:
 @exercises_option
 @click.argument("exercise")
 @workspace_option
-@click.option("--sandbox", type=click.Choice(SANDBOXES), default="auto", show_default=True,
-              help="Where your code runs: docker, bwrap, or none (a separate process, not isolated).")
+@sandbox_option("Where your code runs: docker, bwrap, or none (a separate process, not isolated).")
 @click.option("--format", "fmt", type=click.Choice(CHECK_FORMATS), default="rich", show_default=True,
               help="rich for people; json (ours), junit, gradescope, github or prairielearn for machines.")
-@click.option("--seed", type=int, default=None, help="Seed for the hidden inputs (default: random; shown in the output).")
-@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
+@seed_option("Seed for the hidden inputs (default: random; shown in the output).")
+@device_option()
 @click.pass_context
 def check(ctx, exercise: str, workspace: Path | None, sandbox: str, fmt: str, seed: int | None, device: str) -> None:
     """Check EXERCISE (its number or slug) against the hidden tests.
@@ -131,10 +137,9 @@ def check(ctx, exercise: str, workspace: Path | None, sandbox: str, fmt: str, se
 @exercises_option
 @click.argument("exercise")
 @workspace_option
-@click.option("--sandbox", type=click.Choice(SANDBOXES), default="auto", show_default=True,
-              help="Where your code runs: bwrap, or none (not isolated); docker is not supported here.")
-@click.option("--seed", type=int, default=None, help="Seed for the hidden inputs (default: one random seed for the session).")
-@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
+@sandbox_option(WARM_SANDBOX_HELP)
+@seed_option(SESSION_SEED_HELP)
+@device_option()
 @click.option("--poll", is_flag=True, help="Look at the file every 0.1 s instead of using file events.")
 @click.pass_context
 def watch(ctx, exercise: str, workspace: Path | None, sandbox: str, seed: int | None, device: str, poll: bool) -> None:
@@ -167,10 +172,9 @@ def watch(ctx, exercise: str, workspace: Path | None, sandbox: str, seed: int | 
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="The address to listen on: only this machine unless you change it (then a warning).")
 @click.option("--no-browser", is_flag=True, help="Print the URL without opening a browser.")
-@click.option("--sandbox", type=click.Choice(SANDBOXES), default="auto", show_default=True,
-              help="Where your code runs: bwrap, or none (not isolated); docker is not supported here.")
-@click.option("--seed", type=int, default=None, help="Seed for the hidden inputs (default: one random seed for the session).")
-@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
+@sandbox_option(WARM_SANDBOX_HELP)
+@seed_option(SESSION_SEED_HELP)
+@device_option()
 @click.pass_context
 def serve(ctx, workspace: Path | None, port: int, host: str, no_browser: bool, sandbox: str, seed: int | None,
           device: str) -> None:

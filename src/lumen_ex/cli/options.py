@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from lumen_ex.core.options import DEVICES, SANDBOXES
+
 
 def _add_packs(ctx, param, value):
     if value:
@@ -21,3 +23,23 @@ exercises_option = click.option(
     "--exercises", "extra_packs", multiple=True, expose_value=False, is_eager=True, callback=_add_packs,
     type=click.Path(file_okay=False, exists=True, path_type=Path),
     help="An exercise pack folder to use too (repeatable; also LUMEN_EX_PATH). docs/authoring.md")
+
+
+def sandbox_option(help: str | None = None):
+    """--sandbox: where the learner's code runs (src/lumen_ex/core/options.py SANDBOXES), auto by default."""
+    return click.option("--sandbox", type=click.Choice(SANDBOXES), default="auto", show_default=True, help=help)
+
+
+def seed_option(help: str):
+    """--seed: the seed of the hidden inputs (default: None, which the command turns into its own)."""
+    return click.option("--seed", type=int, default=None, help=help)
+
+
+def device_option(default: str = "auto"):
+    """--device: where the tensors go (src/lumen_ex/core/options.py DEVICES)."""
+    return click.option("--device", type=click.Choice(DEVICES), default=default, show_default=True)
+
+
+# watch and serve: the learner's own sandbox, never docker (a container is never kept warm)
+WARM_SANDBOX_HELP = "Where your code runs: bwrap, or none (not isolated); docker is not supported here."
+SESSION_SEED_HELP = "Seed for the hidden inputs (default: one random seed for the session)."
