@@ -280,7 +280,9 @@ class Batch(Planner):
 
 
 def grade_class(req: GradeRequest, progress: Progress | None = None) -> Outcome:
-    """Grade every submission of ``req`` that has no result yet, then write the gradebook and report."""
+    """Grade every submission of ``req`` whose result is missing or no longer true of it (every one
+    with ``req.force``) into ``req.out``'s result documents. The gradebook, the report and the
+    feedback files are written from those documents afterwards (src/lumen_ex/classroom/class_run.py)."""
     if not req.exercises:
         raise UsageError("no exercise chosen", "Pass --exercise N (repeatable) or --all")
     if req.jobs < 1:

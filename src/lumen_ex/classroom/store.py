@@ -31,8 +31,12 @@ DIR/class.json is the class record: the class seed, every entry found (key, name
 the entries skipped and why, and the roster match. The gradebook (src/lumen_ex/classroom/gradebook.py) reads it.
 DIR/results/<key>/submission.json says what was graded of each submission, and from where.
 
-Everything that reads or writes DIR goes through here: :func:`record` and :func:`load_document`
-for the result documents, :func:`describe_submission`, the class record and the staging.
+The result documents, their records, the class record and the staging are read and written here
+and nowhere else: :func:`record` and :func:`load_document` for the result documents,
+:func:`describe_submission`, the class record and the staging. What is made from them is written
+beside them by other modules: gradebook.csv, report.md and the --format views by
+src/lumen_ex/classroom/outputs.py, DIR/feedback/ by feedback_files.py, the deadline's
+late-policy.json and each student's results/<key>/submitted.json by late.py, and DIR/k8s/ by k8s.py.
 """
 
 from __future__ import annotations
