@@ -134,7 +134,7 @@ def _html_test_row(t: TestResult) -> str:
             f"<td>{points(t.score)}/{points(t.max_score)}</td><td>{why}</td></tr>")
 
 
-def _html_exercise(ex, result: RunResult) -> list[str]:
+def _html_exercise(ex: Exercise, result: RunResult) -> list[str]:
     out = [f'<h2>Exercise {ex.number}: {html(ex.title)}: {points(result.score)} / {points(result.max_score)} '
            f'<span class="{result.status.value}">({result.status.value})</span></h2>', f"<p>{html(result.message)}</p>"]
     first = result.first_failure

@@ -38,6 +38,7 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lumen_ex.classroom.messages import (
     QUIT,
@@ -64,6 +65,9 @@ from lumen_ex.sandbox.docker_slot import DockerSlotLauncher
 from lumen_ex.sandbox.processes import ignore_stop_signals, signals_interrupt
 from lumen_ex.sandbox.select import from_spec
 from lumen_ex.sandbox.zygote import ZygoteLauncher, supported
+
+if TYPE_CHECKING:
+    from lumen_ex.core.catalog import Exercise
 
 STOPPING = False
 _HOLD = 0           # > 0 while a worker is being started (see _signals_held)
@@ -236,7 +240,7 @@ def grade_one(job: JobRequest, launcher, sessions=None) -> dict:
     return result.to_dict()
 
 
-def job_error_document(ex, message: str, job: JobRequest, launcher, started: float) -> dict:
+def job_error_document(ex: Exercise, message: str, job: JobRequest, launcher, started: float) -> dict:
     return grader_error(ex.summary(), one_line(message, "the grader failed"),
                         sandbox=SandboxInfo(launcher.name, launcher.isolated, {}, job.note),
                         device=job.device, seed=job.seed, duration=time.monotonic() - started).to_dict()

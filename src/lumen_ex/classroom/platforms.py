@@ -41,6 +41,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lumen_ex.classroom.entries import Submission
 from lumen_ex.classroom.submissions import prepare
@@ -54,6 +55,9 @@ from lumen_ex.feedback.formats import gradescope, prairielearn
 from lumen_ex.harness.check import run_check
 from lumen_ex.harness.container_entry import error_result, exit_now, seed_given
 from lumen_ex.sandbox.container import ContainerLauncher
+
+if TYPE_CHECKING:
+    from lumen_ex.core.catalog import Exercise
 
 EXERCISES_ENV = "LUMEN_EX_EXERCISES"
 
@@ -154,7 +158,7 @@ def grade_submission(source: Path, wanted: list[str], *, seed: int | None, devic
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _check(ex, workspace: Path, seed: int, device: str, launcher):
+def _check(ex: Exercise, workspace: Path, seed: int, device: str, launcher):
     started = time.monotonic()
     try:
         if launcher is None:

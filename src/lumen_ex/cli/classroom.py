@@ -213,7 +213,7 @@ def render_status(con: Console, outcome, roster: Path | None, out: Path) -> int:
     return 0 if set(counts) <= {"up to date"} else 1
 
 
-def _stored_status(out: Path, sub, ex) -> str:
+def _stored_status(out: Path, sub, ex: Exercise) -> str:
     import json
 
     from lumen_ex.classroom.store import document_path

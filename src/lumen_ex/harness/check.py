@@ -10,6 +10,7 @@ import functools
 import platform
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lumen_ex import __version__
 from lumen_ex.core import catalog as catalog_mod
@@ -30,8 +31,11 @@ from lumen_ex.core.workspace import Workspace
 from lumen_ex.sandbox.base import Backend, Launcher, WorkerSpec
 from lumen_ex.sandbox.select import select_backend
 
+if TYPE_CHECKING:
+    from lumen_ex.core.catalog import Exercise
 
-def worker_spec(ex, workspace: Path, learner_file: Path, device: str, *, warm: bool = False) -> WorkerSpec:
+
+def worker_spec(ex: Exercise, workspace: Path, learner_file: Path, device: str, *, warm: bool = False) -> WorkerSpec:
     """The sandboxed worker a check of ``ex`` asks for. Watch mode and ``lumen-ex grade`` start
     workers in advance under this same spec (with ``warm``: src/lumen_ex/sandbox/base.py WorkerSpec),
     so that :func:`check_here` takes them as its own."""
@@ -74,7 +78,7 @@ def run_check(exercise: str | int, *, workspace: Path | None = None, sandbox: st
     return result
 
 
-def check_here(ex, workspace: Path, learner_file: Path, launcher: Launcher, *, seed: int, device: str,
+def check_here(ex: Exercise, workspace: Path, learner_file: Path, launcher: Launcher, *, seed: int, device: str,
           select: str | None = None, started: float | None = None, warning: str = "",
           first=None, lean: bool = True, run_tests=None) -> RunResult:
     """Run the hidden suite of ``ex`` in this process against workers started by ``launcher``.
@@ -121,7 +125,7 @@ def check_here(ex, workspace: Path, learner_file: Path, launcher: Launcher, *, s
     return result
 
 
-def _refused(ex, reason: str, launcher: Launcher, *, device, seed, started, warning) -> RunResult:
+def _refused(ex: Exercise, reason: str, launcher: Launcher, *, device, seed, started, warning) -> RunResult:
     """The result for a file that cannot be graded at all (src/lumen_ex/core/snapshot.py): one failed row,
     no test run, nothing scored: the row carries the exercise's whole maximum, so the scores add up."""
     message = f"your file was not graded: {reason}"
@@ -153,7 +157,7 @@ def _confirm_device(pool, wanted: str, device: str) -> str:
     return "cpu"
 
 
-def fresh_session(ex, pool, learner_file: Path, *, seed: int, device: str, select: str | None,
+def fresh_session(ex: Exercise, pool, learner_file: Path, *, seed: int, device: str, select: str | None,
                   lean: bool = True):
     """Run the suite in a pytest session of its own (what a check does unless given ``run_tests``)."""
     # lazy: they import torch and pytest, which this module must not before the worker's launch
@@ -164,7 +168,7 @@ def fresh_session(ex, pool, learner_file: Path, *, seed: int, device: str, selec
     return run_suite(ex, learner, seed=seed, device=device, select=select, lean=lean)
 
 
-def score(ex, tests: list[TestResult]) -> None:
+def score(ex: Exercise, tests: list[TestResult]) -> None:
     """Share each group's points among its tests that ran (skipped tests score nothing).
 
     The shares are whole hundredths split by the largest-remainder rule (src/lumen_ex/core/scores.py):
@@ -195,7 +199,7 @@ def skip_gpu_tests(tests: list[TestResult], device: str) -> None:
             t.score = t.max_score = 0.0
 
 
-def suite_error(ex, message: str, errors: list[str]) -> Diagnosis:
+def suite_error(ex: Exercise, message: str, errors: list[str]) -> Diagnosis:
     """The hidden suite did not load (or collected nothing): the fault of whoever wrote the
     exercise, blamed on its pack, with pytest's report of where (its last lines)."""
     from lumen_ex.harness.plugin import blame_hint  # lazy: it imports pytest (see the module docstring)
@@ -204,7 +208,7 @@ def suite_error(ex, message: str, errors: list[str]) -> Diagnosis:
                      details={"pack": ex.pack, "exercise": ex.dir, "file": "suite", "error": errors[0][-2000:]})
 
 
-def _assemble(ex, tests, errors, sandbox: SandboxInfo, *, device, seed, started) -> RunResult:
+def _assemble(ex: Exercise, tests, errors, sandbox: SandboxInfo, *, device, seed, started) -> RunResult:
     import torch  # lazy: not before the worker's launch (see the module docstring)
 
     skip_gpu_tests(tests, device)

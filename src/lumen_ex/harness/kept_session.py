@@ -20,6 +20,7 @@ from __future__ import annotations
 import queue
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -27,6 +28,9 @@ from lumen_ex.harness.check import fresh_session
 from lumen_ex.harness.plugin import GradingPlugin
 from lumen_ex.harness.proxy import LearnerModule
 from lumen_ex.harness.runner import outcome, run_suite
+
+if TYPE_CHECKING:
+    from lumen_ex.core.catalog import Exercise
 
 COLLECT_S = 120.0       # how long configuring and collecting the suite may take
 
@@ -75,7 +79,7 @@ class KeptSession:
     """The pytest session of one exercise (with one seed, one device and one file name), kept for
     every submission: :meth:`run` grades one, :meth:`close` ends it."""
 
-    def __init__(self, ex, module_file: str, *, seed: int, device: str):   # ex: core.catalog.Exercise
+    def __init__(self, ex: Exercise, module_file: str, *, seed: int, device: str):
         self.module_file, self.device = module_file, device
         self.grading = GradingPlugin(None, seed=seed, device=device, exercise=ex)
         self.loop = _Loop(self.grading, ex.suite_dir)
@@ -87,7 +91,7 @@ class KeptSession:
             self.close()
             raise RuntimeError("the hidden suite was not collected in time")
 
-    def _main(self, ex, seed: int, device: str) -> None:
+    def _main(self, ex: Exercise, seed: int, device: str) -> None:
         try:
             run_suite(ex, None, seed=seed, device=device, grading=self.grading, plugins=(self.loop,))
         except BaseException as exc:  # noqa: BLE001  handed to the next run
@@ -126,7 +130,7 @@ class KeptSessions:
     def __init__(self) -> None:
         self.sessions: dict[tuple, KeptSession] = {}
 
-    def __call__(self, ex, pool, learner_file, *, seed: int, device: str, select: str | None, lean: bool = True):
+    def __call__(self, ex: Exercise, pool, learner_file, *, seed: int, device: str, select: str | None, lean: bool = True):
         if select or not lean:
             return fresh_session(ex, pool, learner_file, seed=seed, device=device, select=select, lean=lean)
         key = (ex.suite_dir, learner_file.name, seed, device)

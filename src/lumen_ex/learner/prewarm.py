@@ -38,6 +38,9 @@ from typing import TYPE_CHECKING, cast
 from lumen_ex.sandbox.base import Launched, Launcher, WorkerSpec
 from lumen_ex.sandbox.processes import kill_group
 
+if TYPE_CHECKING:
+    from lumen_ex.core.catalog import Exercise
+
 if TYPE_CHECKING:   # for annotations only: harness.client imports torch (see above)
     from lumen_ex.core.results import TestResult
     from lumen_ex.harness.client import WorkerPool
@@ -183,7 +186,7 @@ class PreparedRun:
     while it waits (so nothing the main thread prints is swallowed).
     """
 
-    def __init__(self, ex, module_file: str, *, seed: int, device: str,
+    def __init__(self, ex: Exercise, module_file: str, *, seed: int, device: str,
                  plugins: tuple = ()):   # ex: core.catalog.Exercise
         # lazy: imports torch (see the module docstring)
         from lumen_ex.harness.proxy import LearnerModule
@@ -199,7 +202,7 @@ class PreparedRun:
                                        name="lumen-ex-watch-suite")
         self.thread.start()
 
-    def _main(self, ex) -> None:
+    def _main(self, ex: Exercise) -> None:
         # lazy: imports pytest and torch
         from lumen_ex.harness.runner import run_suite
 
@@ -349,7 +352,7 @@ class Prewarm:
                 self.dead[-1].kill()
                 self.dead.pop()
 
-    def prepare_suite(self, ex, module_file: str, *, seed: int, device: str, plugins: tuple = ()) -> None:
+    def prepare_suite(self, ex: Exercise, module_file: str, *, seed: int, device: str, plugins: tuple = ()) -> None:
         """Configure and collect the next check's pytest session, unless one is ready already."""
         if self.prepared is not None or self.closed:
             return

@@ -33,7 +33,7 @@ import select
 import signal
 import time
 from pathlib import Path
-from typing import Callable, Iterator, cast
+from typing import TYPE_CHECKING, Callable, Iterator, cast
 
 from lumen_ex.core import catalog as catalog_mod
 from lumen_ex.core import seeds
@@ -46,6 +46,9 @@ from lumen_ex.learner.prewarm import GuardedLauncher, Prewarm
 from lumen_ex.sandbox.base import Launcher
 from lumen_ex.sandbox.processes import signals_deferred
 from lumen_ex.sandbox.select import best_host_launcher, select_backend
+
+if TYPE_CHECKING:
+    from lumen_ex.core.catalog import Exercise
 
 DEBOUNCE = 0.02         # quiet time after an event before the file is read
 MAX_SETTLE = 0.5        # never wait longer than this for a burst of events to end
@@ -160,7 +163,7 @@ class WatchSession:
             select.select([self.prewarm.next.launched.reply_fd], [], [], 0.1)
         return self.worker_ready
 
-    def _run_tests(self, ex, pool, learner_file, *, seed, device, select, lean):
+    def _run_tests(self, ex: Exercise, pool, learner_file, *, seed, device, select, lean):
         """check_here()'s run_tests: the prepared session when it fits, else a session made now."""
         prepared = self.prewarm.take_prepared()
         if prepared is not None and prepared.device == device and prepared.seed == seed and not select:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -40,6 +41,9 @@ from lumen_ex.playground import files
 from lumen_ex.playground.checks import Busy, CheckService
 from lumen_ex.playground.readme import readme_html
 from lumen_ex.playground.security import Guard
+
+if TYPE_CHECKING:
+    from lumen_ex.core.catalog import Exercise
 
 HERE = Path(__file__).resolve().parent
 STATIC = HERE / "static"
@@ -136,7 +140,7 @@ def create_app(service: CheckService, *, token: str, port: int, host: str = "127
         service.warm(ex.slug)
         return JSONResponse({"opened": ex.slug})
 
-    def _save(ex, data: dict) -> str:
+    def _save(ex: Exercise, data: dict) -> str:
         text, base = _text_and_base(data)
         return files.save(ws.root / ex.dir / ex.file, text, base, root=ws.root)
 

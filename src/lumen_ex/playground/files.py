@@ -21,11 +21,15 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lumen_ex.core import snapshot
 from lumen_ex.core.atomic import write_atomically
 from lumen_ex.core.errors import UsageError
 from lumen_ex.core.workspace import STATE_DIR, Workspace
+
+if TYPE_CHECKING:
+    from lumen_ex.core.catalog import Exercise
 
 MAX_TEXT_BYTES = snapshot.MAX_BYTES
 MISSING = "missing"     # the digest of a file that is not there
@@ -99,7 +103,7 @@ def save(path: Path, text: str, base: str, *, root: Path) -> str:
     return digest(data)
 
 
-def restore_stub(ws: Workspace, ex, path: Path) -> FileText:   # ex: core.catalog.Exercise
+def restore_stub(ws: Workspace, ex: Exercise, path: Path) -> FileText:
     """Put the exercise's stub back; the text it replaces goes to .lumen-ex/backups/ first."""
     path = inside(ws.root, path)
     stub = ex.stub_path.read_text(encoding="utf-8")

@@ -21,12 +21,15 @@ import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from lumen_ex.core.limits import Limits
 from lumen_ex.core.results import RunResult
 from lumen_ex.sandbox.cgroups import Enforcement
 from lumen_ex.sandbox.processes import kill_group, reap
+
+if TYPE_CHECKING:
+    from lumen_ex.core.catalog import Exercise
 
 # The files of lumen_ex/sandbox/inside a worker runs from (the folder is bound whole, read-only): the
 # worker, the wire format, and the zygote that forks workers with its system calls (zygote.py, confine.py).
@@ -156,7 +159,7 @@ class Backend(ABC):
         return self.name
 
     @abstractmethod
-    def run_check(self, ex, workspace: Path, learner_file: Path, *, seed: int, device: str,
+    def run_check(self, ex: Exercise, workspace: Path, learner_file: Path, *, seed: int, device: str,
                   select: str | None, note: str, check_here: Callable) -> RunResult:
         """Grade ``ex`` (the learner's ``learner_file`` in ``workspace``) with ``seed`` on ``device``.
 
@@ -168,7 +171,7 @@ class Backend(ABC):
 class Launcher(Backend):
     """One way of starting a worker. Subclasses wrap the command; the plumbing is shared."""
 
-    def run_check(self, ex, workspace: Path, learner_file: Path, *, seed: int, device: str,
+    def run_check(self, ex: Exercise, workspace: Path, learner_file: Path, *, seed: int, device: str,
                   select: str | None, note: str, check_here: Callable) -> RunResult:
         return check_here(ex, workspace, learner_file, self, seed=seed, device=device, select=select, warning=note)
 

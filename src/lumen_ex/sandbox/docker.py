@@ -27,6 +27,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lumen_ex.core.errors import DeviceUnavailable, SandboxUnavailable, UsageError
 from lumen_ex.core.limits import Limits
@@ -37,6 +38,9 @@ from lumen_ex.image import tag as image
 from lumen_ex.sandbox.base import Availability, Backend
 from lumen_ex.sandbox.processes import kill, reap, signals_interrupt
 from lumen_ex.sandbox.result_document import DocumentError, read_document
+
+if TYPE_CHECKING:
+    from lumen_ex.core.catalog import Exercise
 
 NAME_PREFIX = "lumen-"
 SPEC_PREFIX = "docker:"          # a grading process's SANDBOX argument: docker:<image reference>
@@ -109,7 +113,7 @@ class DockerSandbox(Backend):
 
     # -- one check ------------------------------------------------------------------------------
 
-    def run_check(self, ex, workspace: Path, learner_file: Path | None = None, *, seed: int, device: str,
+    def run_check(self, ex: Exercise, workspace: Path, learner_file: Path | None = None, *, seed: int, device: str,
                   select: str | None = None, note: str = "", check_here=None) -> RunResult:
         """Grade ``ex`` in ``workspace`` in a fresh container; always returns a validated result.
         (The container's own harness finds the learner's file; ``check_here`` is not needed.)"""
@@ -141,7 +145,7 @@ class DockerSandbox(Backend):
             result.sandbox.note = join_notes(result.sandbox.note, note)
         return result
 
-    def _error(self, ex, seed: int, device: str, started: float, message: str) -> RunResult:
+    def _error(self, ex: Exercise, seed: int, device: str, started: float, message: str) -> RunResult:
         return grader_error(ex.summary(), f"docker sandbox: {message}",
                             sandbox=SandboxInfo("docker", True, {}, self.image), device=device, seed=seed,
                             duration=time.monotonic() - started)
@@ -186,7 +190,7 @@ def _mount(source: Path, target: str, *, readonly: bool = False) -> str:
     return out.getvalue()
 
 
-def _check_readable(workspace: Path, ex) -> None:
+def _check_readable(workspace: Path, ex: Exercise) -> None:
     """The worker runs as its own uid: the exercise must be readable by other users."""
     folder = workspace / ex.dir
     needs = [(workspace, 0o001), (folder, 0o005), (folder / ex.file, 0o004)]
