@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 from conftest import CORPORA, LUMEN_EX
 from docker_support import needs_docker
+from helpers.classes import grade, make_class
 from helpers.cli import run
-from test_grade import grade, make_class
 
 from lumen_ex.core import catalog
 

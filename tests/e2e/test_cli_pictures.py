@@ -14,34 +14,12 @@ from pathlib import Path
 
 import pytest
 from helpers.cli import REFERENCE_1, compare, normalise, put, run
-from test_pictures import decode_png
+from helpers.pictures import CORRECT_ATTENTION, MASK_INVERTED, decode_png, submission
 
 SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "result.schema.json"
 CORRECT = REFERENCE_1.read_text()
-CORRECT_ATTENTION = '''
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-'''
-HEADER = "import math\n\nimport torch\n\n\ndef scaled_dot_product_attention(q, k, v, mask=None):"
-
-
-def submission(body: str, output: str = "weights @ v", causal: str = "k_pos <= q_pos") -> str:
-    return f'''{HEADER}{body}    return {output}, weights
-
-
-def causal_mask(L_q, L_k=None, device=None):
-    L_k = L_q if L_k is None else L_k
-    q_pos = torch.arange(L_q, device=device)[:, None] + (L_k - L_q)
-    k_pos = torch.arange(L_k, device=device)[None, :]
-    return {causal}
-'''
-
-
 CAUSAL_TOP_LEFT = submission(CORRECT_ATTENTION, causal="torch.ones(L_q, L_k, dtype=torch.bool, device=device).tril()")
 MASK_MULTIPLIED = submission(CORRECT_ATTENTION.replace('scores.masked_fill(~mask, float("-inf"))', "scores * mask"))
-MASK_INVERTED = submission(CORRECT_ATTENTION.replace("masked_fill(~mask", "masked_fill(mask"))
 OUTPUT_LOSES_AN_AXIS = submission(CORRECT_ATTENTION, output="(weights @ v).flatten(-2)")
 
 

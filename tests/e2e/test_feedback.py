@@ -14,8 +14,8 @@ import re
 
 import pytest
 from conftest import REFERENCES, best_sandbox
-from test_cli_pictures import MASK_INVERTED
-from test_grade import grade, put
+from helpers.classes import grade, put
+from helpers.pictures import MASK_INVERTED
 
 from lumen_ex.feedback.pictures.png import PNG_SIGNATURE
 

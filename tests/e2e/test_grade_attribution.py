@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CORPORA, requires_bwrap
-from test_grade import grade, put, zip_folder
+from helpers.classes import grade, put, zip_folder
 
 from lumen_ex.core import catalog
 

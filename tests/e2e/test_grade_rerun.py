@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CORPORA, LUMEN_EX, pack_copy, requires_bwrap
-from test_grade import grade, put
+from helpers.classes import grade, put
 
 from lumen_ex.classroom import store as grade_store
 from lumen_ex.classroom.store import record

@@ -432,7 +432,7 @@ def test_check_every_format_with_a_hostile_submission(backend, tmp_path):
 def test_grade_a_class_with_hostile_names_and_messages(tmp_path):
     """`lumen-ex grade`: hostile folder and zip names, a lone-surrogate exception, and a stored
     document holding one; gradebook.csv and report.md are written for the whole class."""
-    from test_grade import grade
+    from helpers.classes import grade
 
     from lumen_ex.classroom.store import record
 

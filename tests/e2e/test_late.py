@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REFERENCES, best_sandbox
-from test_grade import grade
+from helpers.classes import grade
 
 from lumen_ex.classroom import late
 from lumen_ex.classroom.late import LatePolicy, assess, make_policy, parse_duration, parse_time, submission_time

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 from conftest import CORPORA
+from helpers.classes import grade, make_class
 from helpers.cli import SYNTAX_ERROR, run
-from test_cli_pictures import MASK_INVERTED
-from test_grade import grade, make_class
-from test_platforms import run_on_host, submission
+from helpers.pictures import MASK_INVERTED
+from helpers.platforms import run_on_host, submission
 
 from lumen_ex.core import catalog
 from lumen_ex.feedback.pictures.png import PNG_SIGNATURE

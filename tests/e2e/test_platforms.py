@@ -10,21 +10,16 @@ results.json is parsed back and checked field by field; a hostile submission tri
 
 from __future__ import annotations
 
-import json
 import subprocess
-from pathlib import Path
 
-import jsonschema
 import pytest
-from conftest import CORPORA, best_sandbox
+from conftest import CORPORA
 from docker_support import needs_docker
+from helpers.platforms import load, run_on_host, submission
 
 from lumen_ex.classroom import platforms
 from lumen_ex.core import catalog
-from lumen_ex.sandbox.select import select_backend
 
-SCHEMAS = Path(__file__).parents[1] / "schemas"
-SCHEMA = {"gradescope": "gradescope-results.schema.json", "prairielearn": "prairielearn-results.schema.json"}
 CAT = catalog.load()
 EX1, EX2 = CAT.find(1), CAT.find(2)
 CORRECT_1 = CORPORA["attention"] / "correct" / "where_mask.py"
@@ -54,32 +49,6 @@ if os.fork() == 0:                 # and keep at it from a detached process, aft
         time.sleep(0.05)
     os._exit(0)
 ''' + CORRECT_1.read_text()
-
-
-def submission(folder: Path, files: dict[str, Path | str]) -> Path:
-    """A platform's submission folder: ``files`` maps a path inside it to a source file or text."""
-    folder.mkdir(parents=True)
-    for rel, source in files.items():
-        target = folder / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(source.read_text() if isinstance(source, Path) else source)
-    return folder
-
-
-def run_on_host(platform: str, sub: Path, results: Path, *exercises: str) -> dict:
-    launcher, _ = select_backend(best_sandbox())
-    argv = [platform, "--submission", str(sub), "--results", str(results), "--seed", "7", "--device", "cpu"]
-    for e in exercises:
-        argv += ["--exercise", e]
-    assert platforms.run(argv, launcher=launcher) == 0
-    return load(platform, results)
-
-
-def load(platform: str, path: Path) -> dict:
-    """The results file, parsed and validated against the platform's schema (tests/schemas/)."""
-    doc = json.loads(path.read_text())
-    jsonschema.validate(doc, json.loads((SCHEMAS / SCHEMA[platform]).read_text()))
-    return doc
 
 
 # -- field by field, on the host ---------------------------------------------------------------

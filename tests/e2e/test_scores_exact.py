@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CORPORA, pack_copy, requires_bwrap
-from test_grade import grade, put
+from helpers.classes import grade, put
 
 from lumen_ex.core import catalog, scores
 from lumen_ex.harness.check import GPU_GROUP, gpu_present

@@ -1,17 +1,17 @@
-"""The pictures of a diagnosis: the PNG writer (proven by decoding its output here, independently),
-the heatmap payload (src/lumen_ex/feedback/pictures/heatmap.py), its terminal drawing and the shape diagram
-(src/lumen_ex/cli/pictures.py), and the payload against docs/result.schema.json."""
+"""The pictures of a diagnosis: the PNG writer (proven by decoding its output with an independent
+decoder, tests/helpers/pictures.py), the heatmap payload (src/lumen_ex/feedback/pictures/heatmap.py),
+its terminal drawing and the shape diagram (src/lumen_ex/cli/pictures.py), and the payload against
+docs/result.schema.json."""
 
 from __future__ import annotations
 
 import base64
 import json
-import struct
-import zlib
 from pathlib import Path
 
 import pytest
 import torch
+from helpers.pictures import decode_png
 from rich.console import Console
 
 from lumen_ex.cli.pictures import Heatmap, heatmap_lines, shape_diagram
@@ -25,67 +25,6 @@ from lumen_ex.graders.support.expect import Expected
 ref = exercise_modules.load(catalog.load(environ={}).find(1).root, "reference")
 
 SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "result.schema.json"
-
-
-# -------------------------------------------------------------------------------------------------
-# An independent PNG decoder (the spec's chunk layout, CRCs, zlib, all five scanline filters)
-
-
-def decode_png(data: bytes) -> dict:
-    """{"width", "height", "depth", "colour_type", "palette", "text", "pixels": rows of RGB tuples}."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG signature"
-    pos, chunks = 8, []
-    while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
-        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
-        assert crc == zlib.crc32(kind + body) & 0xFFFFFFFF, f"bad CRC in {kind!r}"
-        assert len(body) == length, f"truncated {kind!r}"
-        chunks.append((kind, body))
-        pos += 12 + length
-    assert pos == len(data), "bytes after the last chunk"
-    kinds = [k for k, _ in chunks]
-    assert kinds[0] == b"IHDR" and kinds[-1] == b"IEND" and b"IDAT" in kinds
-    assert kinds.index(b"PLTE") < kinds.index(b"IDAT")
-    width, height, depth, colour, compression, filtering, interlace = struct.unpack(">IIBBBBB", chunks[0][1])
-    assert (compression, filtering, interlace) == (0, 0, 0)
-    assert depth == 8 and colour == 3, "this decoder reads 8-bit palette images"
-    plte = next(b for k, b in chunks if k == b"PLTE")
-    assert len(plte) % 3 == 0
-    palette = [tuple(plte[i:i + 3]) for i in range(0, len(plte), 3)]
-    text = {}
-    for k, b in chunks:
-        if k == b"tEXt":
-            key, _, value = b.partition(b"\x00")
-            text[key.decode("latin-1")] = value.decode("latin-1")
-    raw = zlib.decompress(b"".join(b for k, b in chunks if k == b"IDAT"))
-    stride = width                                    # one byte per pixel
-    assert len(raw) == height * (stride + 1)
-    rows, prev, filters = [], bytearray(stride), set()
-    for y in range(height):
-        line = raw[y * (stride + 1):(y + 1) * (stride + 1)]
-        ftype, cur = line[0], bytearray(line[1:])
-        filters.add(ftype)
-        for x in range(stride):
-            a = cur[x - 1] if x else 0
-            b, c = prev[x], prev[x - 1] if x else 0
-            if ftype == 1:
-                cur[x] = (cur[x] + a) & 0xFF
-            elif ftype == 2:
-                cur[x] = (cur[x] + b) & 0xFF
-            elif ftype == 3:
-                cur[x] = (cur[x] + (a + b) // 2) & 0xFF
-            elif ftype == 4:
-                p = a + b - c
-                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                cur[x] = (cur[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
-            else:
-                assert ftype == 0, f"unknown filter type {ftype}"
-        rows.append(bytes(cur))
-        prev = cur
-    assert all(i < len(palette) for r in rows for i in r), "a pixel indexes past the palette"
-    return {"width": width, "height": height, "depth": depth, "colour_type": colour, "palette": palette,
-            "text": text, "filters": filters, "indices": rows, "pixels": [[palette[i] for i in r] for r in rows]}
 
 
 def test_encode_indexed_round_trips():
