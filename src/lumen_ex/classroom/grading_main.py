@@ -38,7 +38,6 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from lumen_ex.classroom.messages import (
     QUIT,
@@ -54,6 +53,7 @@ from lumen_ex.classroom.messages import (
     write_message,
 )
 from lumen_ex.core import catalog
+from lumen_ex.core.catalog import Exercise
 from lumen_ex.core.errors import LumenError
 from lumen_ex.core.results import SandboxInfo, grader_error, join_notes, one_line
 from lumen_ex.harness.check import run_check
@@ -65,9 +65,6 @@ from lumen_ex.sandbox.docker_slot import DockerSlotLauncher
 from lumen_ex.sandbox.processes import ignore_stop_signals, signals_interrupt
 from lumen_ex.sandbox.select import from_spec
 from lumen_ex.sandbox.zygote import ZygoteLauncher, supported
-
-if TYPE_CHECKING:
-    from lumen_ex.core.catalog import Exercise
 
 STOPPING = False
 _HOLD = 0           # > 0 while a worker is being started (see _signals_held)

@@ -41,7 +41,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from lumen_ex.classroom.entries import Submission
 from lumen_ex.classroom.submissions import prepare
@@ -49,15 +48,13 @@ from lumen_ex.classroom.ungraded import unpreparable_result
 from lumen_ex.core import catalog as catalog_mod
 from lumen_ex.core import seeds
 from lumen_ex.core.atomic import write_atomically
+from lumen_ex.core.catalog import Exercise
 from lumen_ex.core.options import SEED_ENV
 from lumen_ex.core.results import SandboxInfo
 from lumen_ex.feedback.formats import gradescope, prairielearn
 from lumen_ex.harness.check import run_check
 from lumen_ex.harness.container_entry import error_result, exit_now, seed_given
 from lumen_ex.sandbox.container import ContainerLauncher
-
-if TYPE_CHECKING:
-    from lumen_ex.core.catalog import Exercise
 
 EXERCISES_ENV = "LUMEN_EX_EXERCISES"
 

@@ -10,11 +10,11 @@ import functools
 import platform
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from lumen_ex import __version__
 from lumen_ex.core import catalog as catalog_mod
 from lumen_ex.core import scores, seeds, snapshot
+from lumen_ex.core.catalog import Exercise
 from lumen_ex.core.errors import DeviceUnavailable
 from lumen_ex.core.options import DEVICES, check_device, gpu_present, resolve_device  # noqa: F401 (DEVICES: re-exported)
 from lumen_ex.core.results import (
@@ -30,9 +30,6 @@ from lumen_ex.core.results import (
 from lumen_ex.core.workspace import Workspace
 from lumen_ex.sandbox.base import Backend, Launcher, WorkerSpec
 from lumen_ex.sandbox.select import select_backend
-
-if TYPE_CHECKING:
-    from lumen_ex.core.catalog import Exercise
 
 
 def worker_spec(ex: Exercise, workspace: Path, learner_file: Path, device: str, *, warm: bool = False) -> WorkerSpec:

@@ -38,10 +38,8 @@ from typing import TYPE_CHECKING, cast
 from lumen_ex.sandbox.base import Launched, Launcher, WorkerSpec
 from lumen_ex.sandbox.processes import kill_group
 
-if TYPE_CHECKING:
-    from lumen_ex.core.catalog import Exercise
-
 if TYPE_CHECKING:   # for annotations only: harness.client imports torch (see above)
+    from lumen_ex.core.catalog import Exercise
     from lumen_ex.core.results import TestResult
     from lumen_ex.harness.client import WorkerPool
 

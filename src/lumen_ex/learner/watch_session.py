@@ -33,10 +33,11 @@ import select
 import signal
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, cast
+from typing import Callable, Iterator, cast
 
 from lumen_ex.core import catalog as catalog_mod
 from lumen_ex.core import seeds
+from lumen_ex.core.catalog import Exercise
 from lumen_ex.core.errors import SandboxUnavailable, UsageError
 from lumen_ex.core.options import check_device
 from lumen_ex.core.workspace import Workspace
@@ -46,9 +47,6 @@ from lumen_ex.learner.prewarm import GuardedLauncher, Prewarm
 from lumen_ex.sandbox.base import Launcher
 from lumen_ex.sandbox.processes import signals_deferred
 from lumen_ex.sandbox.select import best_host_launcher, select_backend
-
-if TYPE_CHECKING:
-    from lumen_ex.core.catalog import Exercise
 
 DEBOUNCE = 0.02         # quiet time after an event before the file is read
 MAX_SETTLE = 0.5        # never wait longer than this for a burst of events to end

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -35,15 +34,13 @@ from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Respon
 from starlette.routing import Route
 
 from lumen_ex.core import catalog as catalog_mod
+from lumen_ex.core.catalog import Exercise
 from lumen_ex.core.errors import LumenError
 from lumen_ex.core.untrusted import one_line
 from lumen_ex.playground import files
 from lumen_ex.playground.checks import Busy, CheckService
 from lumen_ex.playground.readme import readme_html
 from lumen_ex.playground.security import Guard
-
-if TYPE_CHECKING:
-    from lumen_ex.core.catalog import Exercise
 
 HERE = Path(__file__).resolve().parent
 STATIC = HERE / "static"
