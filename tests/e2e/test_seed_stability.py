@@ -114,10 +114,9 @@ def shard_main(jobs_file: str, out_file: str) -> None:
 
     import torch
 
-    from lumen_ex.classroom.grading_main import forking
     from lumen_ex.core import catalog
     from lumen_ex.harness.check import worker_spec
-    from lumen_ex.sandbox.select import HOST_LAUNCHERS
+    from lumen_ex.sandbox.select import HOST_LAUNCHERS, forking
 
     torch.set_num_threads(1)      # the harness's tensors are tiny; a second thread only waits for a core
     spec = json.loads(Path(jobs_file).read_text())

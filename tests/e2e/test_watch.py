@@ -19,6 +19,8 @@ from conftest import REFERENCES, ROOT, best_sandbox, interruptible, make_workspa
 
 from lumen_ex.core.errors import SandboxUnavailable
 from lumen_ex.learner.watch import Inotify, WatchSession
+from lumen_ex.sandbox.zygote import ZygoteLauncher
+from lumen_ex.sandbox.zygote import supported as zygote_supported
 
 LUMEN_EX = str(Path(sys.executable).parent / "lumen-ex")
 REFERENCE = (REFERENCES["attention"]).read_text()
@@ -148,6 +150,45 @@ def test_each_check_gets_a_fresh_worker(session_factory, workspace):
 
     pids = [p for p in session.worker_pids if p is not None]
     assert len(pids) == len(set(pids)) >= 3   # never the same worker process twice
+    # Under bwrap every one of them was forked from the session's warm zygote (a fork per check,
+    # not a torch import: src/lumen_ex/sandbox/select.py forking), and closing the session stops it.
+    launcher = session.launcher.inner
+    if best_sandbox() == "bwrap" and zygote_supported():
+        assert isinstance(launcher, ZygoteLauncher) and launcher.zygote is not None
+        assert launcher.forked >= 4, launcher.forked
+        zygote = launcher.zygote.proc
+        session.close()
+        assert launcher.zygote is None and zygote.poll() is not None, "the zygote outlived its session"
+
+
+# Correct only while the file of data beside it says so (a learner whose code reads a file of theirs).
+READS_A_FILE = REFERENCE.replace("/ math.sqrt(d_k)", "/ math.sqrt(d_k) * SCALE").replace(
+    "import torch\n", "import torch\n\nwith open(__file__.rsplit('/', 1)[0] + '/scale.txt') as _f:\n"
+    "    SCALE = float(_f.read())\n", 1)
+assert READS_A_FILE.count("SCALE") == 2
+
+
+@pytest.mark.slow
+def test_a_file_saved_before_a_check_is_the_one_it_reads(session_factory, workspace, monkeypatch):
+    """A worker forked in advance holds a copy of the workspace made when it was forked: a file of
+    the learner's saved after that (here one the exercise file reads) must still be seen as it is
+    when the next check begins (the worker is replaced). The source scan would refuse the open()
+    (src/lumen_ex/harness/source_scan.py): it is switched off, so that the worker's view is what is tested."""
+    from lumen_ex.harness.source_scan import SourceScan
+
+    monkeypatch.setattr(SourceScan, "unverifiable", lambda self, fn: [])
+    session = session_factory()
+    target, data = exercise_file(workspace), exercise_file(workspace).with_name("scale.txt")
+    save(data, "2.0\n")                                   # wrong: twice the scale
+    save(target, READS_A_FILE)
+    assert next_change(session) is not None
+    assert session.check_once().status.value == "fail"
+    assert session.wait_worker()                           # the next worker, ready in advance
+    save(data, "1.0\n")                                   # fixed in the file of data ...
+    save(target, READS_A_FILE + "\n# saved again\n")    # ... and the exercise file saved
+    assert next_change(session) is not None
+    result = session.check_once()
+    assert result.status.value == "pass", [t.message for t in result.tests if t.status.value != "pass"][:2]
 
 
 @pytest.mark.slow

@@ -38,6 +38,7 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 from lumen_ex.classroom.messages import (
     QUIT,
@@ -59,12 +60,9 @@ from lumen_ex.core.results import SandboxInfo, grader_error, join_notes, one_lin
 from lumen_ex.harness.check import run_check
 from lumen_ex.harness.check import worker_spec as check_worker_spec
 from lumen_ex.sandbox.base import Availability, Launcher
-from lumen_ex.sandbox.bwrap import BwrapLauncher
-from lumen_ex.sandbox.docker import DockerSandbox
-from lumen_ex.sandbox.docker_slot import DockerSlotLauncher
 from lumen_ex.sandbox.processes import ignore_stop_signals, signals_interrupt
-from lumen_ex.sandbox.select import from_spec
-from lumen_ex.sandbox.zygote import ZygoteLauncher, supported
+from lumen_ex.sandbox.select import forking, from_spec
+from lumen_ex.sandbox.zygote import ZygoteLauncher
 
 STOPPING = False
 _HOLD = 0           # > 0 while a worker is being started (see _signals_held)
@@ -130,18 +128,6 @@ class _signals_held:
             _PENDING = False
             raise KeyboardInterrupt("stop signal (deferred)")
         return False
-
-
-def forking(backend):
-    """bwrap's workers forked from a warm zygote of this process's own
-    (src/lumen_ex/sandbox/zygote.py); docker's from the zygote of one container of this process's
-    own, its slot (src/lumen_ex/sandbox/docker_slot.py), the harness staying here; any other
-    backend as it is."""
-    if isinstance(backend, BwrapLauncher):
-        return ZygoteLauncher(backend)
-    if isinstance(backend, DockerSandbox) and supported():
-        return DockerSlotLauncher(backend.image)
-    return backend
 
 
 def make_prelauncher(inner, on_launch):
@@ -252,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def serve(channel: Channel, sandbox: str) -> int:
     """Grade the jobs sent on ``channel`` until it ends; the exit code."""
-    launcher = None
+    launcher: Any = None   # the Prelauncher when workers are ours (warm), else the backend itself
     warm = False        # whether this backend's workers can be started in advance (not docker's)
     queue: deque[Request] = deque()
     frozen = False

@@ -37,7 +37,7 @@ def worker_spec(ex: Exercise, workspace: Path, learner_file: Path, device: str, 
     workers in advance under this same spec (with ``warm``: src/lumen_ex/sandbox/base.py WorkerSpec),
     so that :func:`check_here` takes them as its own."""
     return WorkerSpec(workspace=workspace, module_dir=learner_file.parent, device=resolve_device(device),
-                      limits=ex.limits, warm=warm)
+                      limits=ex.limits, warm=warm, graded_file=learner_file)
 
 
 def run_check(exercise: str | int, *, workspace: Path | None = None, sandbox: str = "auto",

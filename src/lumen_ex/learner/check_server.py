@@ -5,8 +5,9 @@ test: about 2.5 s on a quiet 2-core machine, every time. After a cold check, the
 server in the background (:func:`start`); the next ``lumen-ex check`` of the same workspace asks it
 (:func:`warm_check`) and pays a connection and the hidden tests. The server keeps one
 :class:`~lumen_ex.learner.watch_session.WatchSession` for the exercise checked last, exactly as
-``lumen-ex watch`` does: the harness and the suite imported, the next worker launched in advance,
-a fresh worker for every check, the file snapshotted when the check begins.
+``lumen-ex watch`` does: the harness and the suite imported, the next worker launched in advance
+(under bwrap forked from a warm zygote), a fresh worker for every check, the file snapshotted when
+the check begins.
 
 It serves one user, one workspace and this very lumen-ex, and nothing else:
 

@@ -5,8 +5,11 @@ pytest session that is configured and collects the hidden suite. Between two sav
 prepares both in advance, so that a re-check costs the learner's import, the hidden tests and
 little else:
 
-- the next worker (:class:`Prewarm`): launched in the sandbox as soon as a result has been shown,
-  it imports torch, sends its hello and waits for its ``load`` request. Every check gets a fresh
+- the next worker (:class:`Prewarm`): launched in the sandbox as soon as a result has been shown
+  (under bwrap forked from the session's zygote, which imported torch once), it sends its hello and
+  waits for its ``load`` request. A forked worker holds a copy of the workspace made when it was
+  forked; one whose copy is no longer the workspace's when the check begins is replaced
+  (``Launcher.up_to_date``). Every check gets a fresh
   one (one run cannot influence the next). The used worker is SIGKILLed at once (:class:`KeptWorker`,
   made by :func:`_kept_worker_class`); waiting for it and removing its cgroup (:meth:`Prewarm.reap`)
   happen after the result is shown. A worker that dies while starting is replaced, at most
@@ -75,7 +78,8 @@ class GuardedLauncher:
             raise WatchStopped("watching is stopping: no new worker")
         if not spec.warm:
             self.wants_spare = True
-            if self.spare is not None and self.spare_spec == spec and self.spare.alive():
+            if (self.spare is not None and self.spare_spec == spec and self.spare.alive()
+                    and self.inner.up_to_date(self.spare)):
                 spare, self.spare = self.spare, None
                 return spare
             self.drop_spare()
@@ -101,6 +105,13 @@ class GuardedLauncher:
     def launched(self) -> list:
         """The workers launched here that are still running (a cancelled check kills them)."""
         return [w for w in self._launched if w.proc.returncode is None]
+
+    def start(self, spec: WorkerSpec) -> bool:
+        return False if self.refuse else self.inner.start(spec)
+
+    def close(self) -> None:
+        """Stop what the wrapped launcher keeps (its zygote, with any worker it forked)."""
+        self.inner.close()
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
@@ -338,7 +349,9 @@ class Prewarm:
     def take_worker(self):
         """The waiting worker for a check, or None (check_here() then launches one itself)."""
         worker, self.next = self.next, None
-        if worker is not None and not worker.alive():
+        # A forked worker holds a copy of the workspace made when it was forked: one that a save of
+        # a helper module has left behind is replaced (a fork), as a dead one is.
+        if worker is not None and (not worker.alive() or not self.launcher.inner.up_to_date(worker.launched)):
             worker.kill()
             worker = None
         return worker
@@ -376,3 +389,4 @@ class Prewarm:
         self.discard_next()
         self.launcher.drop_spare()
         self.reap()
+        self.launcher.close()

@@ -4,7 +4,9 @@ A cold ``lumen-ex check`` spends almost all its time importing torch twice (here
 worker) and setting pytest up. Watch mode pays that once: the harness stays imported in this
 process, and before each save the next sandboxed worker (torch imported, waiting for its ``load``
 request) and the next check's pytest session (configured, the suite collected) are made ready in
-advance. Every check still gets a fresh worker: one run cannot influence the next. A re-check thus
+advance. Under bwrap each worker is forked from one warm zygote of the session
+(src/lumen_ex/sandbox/zygote.py: a fork, not a torch import), so even saves in quick succession do
+not wait for one. Every check still gets a fresh worker: one run cannot influence the next. A re-check thus
 costs the learner's import, the hidden tests themselves and little else (see
 bench/watch_latency.py).
 

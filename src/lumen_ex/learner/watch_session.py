@@ -19,7 +19,8 @@ The harness stays warm in this process: torch, pytest, the harness and the hidde
 imported; after the first check ``gc.freeze()`` moves all of that out of the garbage collector's
 way, and torch here runs on one thread (on a busy 2-core machine a second OpenMP thread makes
 every small op ~10x slower). The harness modules that import torch or pytest are imported late
-(after the first worker is launched, so that its torch import overlaps with ours).
+(after the zygote, or the first worker, is started, so that its torch import overlaps with ours).
+Under bwrap, workers are forked from that zygote (src/lumen_ex/sandbox/select.py ``forking``).
 
 Docker is not supported here (each docker check is a container run of its own; there is nothing to
 keep warm from this side): ``--sandbox docker`` is refused with that explanation, and ``auto`` means
@@ -46,7 +47,7 @@ from lumen_ex.learner.file_events import POLL_INTERVAL, Change, Inotify, Poller,
 from lumen_ex.learner.prewarm import GuardedLauncher, Prewarm
 from lumen_ex.sandbox.base import Launcher
 from lumen_ex.sandbox.processes import signals_deferred
-from lumen_ex.sandbox.select import best_host_launcher, select_backend
+from lumen_ex.sandbox.select import best_host_launcher, forking, select_backend
 
 DEBOUNCE = 0.02         # quiet time after an event before the file is read
 MAX_SETTLE = 0.5        # never wait longer than this for a burst of events to end
@@ -61,9 +62,12 @@ def watch_launcher(sandbox: str) -> tuple[Launcher, str]:
             "Use `lumen-ex watch` with --sandbox bwrap (or auto), and `lumen-ex check --sandbox docker` "
             "for a final check in the container")
     if sandbox == "auto":
-        return best_host_launcher()
-    backend, warning = select_backend(sandbox)
-    return cast(Launcher, backend), warning     # every backend but docker's is a Launcher
+        launcher, warning = best_host_launcher()
+    else:
+        backend, warning = select_backend(sandbox)
+        launcher = cast(Launcher, backend)      # every backend but docker's is a Launcher
+    # Each check's fresh worker forked from a warm zygote where bwrap has one: a fork, not a torch import.
+    return cast(Launcher, forking(launcher)), warning
 
 
 class WatchSession:
@@ -103,12 +107,16 @@ class WatchSession:
         self._watcher = None
         self.polling = poll
         try:
-            self.spawn()   # first, so that its torch import overlaps with ours below
+            # First, so that its torch import overlaps with ours below: the zygote the workers are
+            # forked from, or else the first worker itself.
+            if not self.launcher.start(self.spec):
+                self.spawn()
             # Watching starts now, so that a save made during the first check is not missed.
             # (Not for the playground, watch=False: its checks come from the page, not from saves.)
             if watch:
                 self._watcher = self._open_watcher()
             self._warm_harness()
+            self.spawn()   # (a worker forked from the zygote; nothing when one was launched above)
         except BaseException:
             self.close()
             raise

@@ -27,6 +27,7 @@ from lumen_ex.core.limits import Limits
 from lumen_ex.core.results import RunResult
 from lumen_ex.sandbox.cgroups import Enforcement
 from lumen_ex.sandbox.processes import kill_group, reap
+from lumen_ex.sandbox.workspace_copy import CopyRecord
 
 if TYPE_CHECKING:
     from lumen_ex.core.catalog import Exercise
@@ -65,6 +66,9 @@ class WorkerSpec:
     # started when a check needs it (a cold check, a replacement after a crash) loads them only if
     # a test uses the meta device.
     warm: bool = False
+    # The file a check grades (the worker imports the check's snapshot of it, src/lumen_ex/core/snapshot.py,
+    # so a forked worker's copy of it may be older: src/lumen_ex/sandbox/workspace_copy.py CopyRecord).
+    graded_file: Path | None = None
 
 
 @dataclass
@@ -94,6 +98,9 @@ class Launched:
         self._extra_kill = extra_kill
         self._closed = False
         self.limits: dict[str, str] = {}   # which mechanism holds each limit, for the record
+        # What a forked worker's copy of the workspace held (src/lumen_ex/sandbox/workspace_copy.py).
+        # None: the worker sees the folder itself, as it is.
+        self.workspace_copy: CopyRecord | None = None
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -178,6 +185,22 @@ class Launcher(Backend):
     @abstractmethod
     def command(self, spec: WorkerSpec, fds: tuple[int, int]) -> Command:
         """How to start the worker for ``spec`` with the given request and reply fds."""
+
+    def start(self, spec: WorkerSpec) -> bool:
+        """Begin, without waiting, what launching workers like ``spec`` needs (a zygote's torch
+        import); True when something was started, so that the caller's own work overlaps with it
+        and its first launch comes later. A launcher that starts each worker on its own: False."""
+        return False
+
+    def close(self) -> None:
+        """Stop what this launcher keeps between launches (a zygote, a slot); idempotent."""
+
+    def up_to_date(self, launched: Launched) -> bool:
+        """Whether a worker launched in advance still sees the workspace as it is now. One that sees
+        the folder itself always does; a forked worker holds a copy made when it was forked, which a
+        helper module saved since then leaves behind (a check must see the workspace as it was when
+        it began: the caller then launches another)."""
+        return launched.workspace_copy is None or launched.workspace_copy.current()
 
     def scratch(self, spec: WorkerSpec) -> dict[str, str]:
         """Where the worker may write, for the result record's limits."""

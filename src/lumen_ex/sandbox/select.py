@@ -9,7 +9,9 @@ from lumen_ex.core.results import join_notes
 from lumen_ex.sandbox import docker
 from lumen_ex.sandbox.base import Backend, Launcher
 from lumen_ex.sandbox.bwrap import BwrapLauncher
+from lumen_ex.sandbox.docker_slot import DockerSlotLauncher
 from lumen_ex.sandbox.unisolated import UnisolatedLauncher
+from lumen_ex.sandbox.zygote import ZygoteLauncher, supported
 
 CHOICES = ("auto", "docker", "bwrap", "none")
 HOST_LAUNCHERS: dict[str, type[Launcher]] = {"bwrap": BwrapLauncher, "none": UnisolatedLauncher}
@@ -59,3 +61,17 @@ def from_spec(spec: str) -> Backend:
     if spec.startswith(docker.SPEC_PREFIX):
         return docker.DockerSandbox(spec[len(docker.SPEC_PREFIX):])
     return HOST_LAUNCHERS[spec]()
+
+
+def forking(backend: Backend) -> Backend:
+    """The backend with workers forked from a warm zygote where it has one: bwrap's from a zygote
+    of this process's own (src/lumen_ex/sandbox/zygote.py); docker's from the zygote of one
+    container of this process's own, its slot (src/lumen_ex/sandbox/docker_slot.py), the harness
+    staying here; any other backend as it is. A grading process uses it for its batch, and the
+    learner's loop (watch, the check server, the playground) for its checks: a fresh worker for
+    every check, at the cost of a fork instead of a torch import."""
+    if isinstance(backend, BwrapLauncher):
+        return ZygoteLauncher(backend)
+    if isinstance(backend, docker.DockerSandbox) and supported():
+        return DockerSlotLauncher(backend.image)
+    return backend

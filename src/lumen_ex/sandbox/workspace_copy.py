@@ -10,8 +10,11 @@ worker with the folder bound instead, graded the same way.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 WORKSPACE_FILES = 500       # folders, files and links
@@ -34,6 +37,49 @@ def workspace_copy(root: Path) -> tuple[list[dict], bytes]:
         return _copy(Path(root))
     except OSError as exc:    # a folder or file the trusted side may not read: bind it instead
         raise ZygoteUnavailable(f"the workspace could not be copied: {exc.strerror or exc}") from None
+
+
+def copy_digests(entries: list[dict], data: bytes) -> dict[str, str]:
+    """One copy as a digest per entry (its path to a hash of its kind, mode, link target and bytes):
+    two copies with the same digests are the same."""
+    digests, offset = {}, 0
+    for entry in entries:
+        size = entry.get("size", 0)
+        content, offset = data[offset:offset + size], offset + size
+        digests[entry["path"]] = hashlib.sha256(json.dumps(entry, sort_keys=True).encode() + b"\0" + content).hexdigest()
+    return digests
+
+
+@dataclass(frozen=True)
+class CopyRecord:
+    """What a forked worker's copy of the workspace held: ``digests`` (:func:`copy_digests`) of
+    ``folder`` when it was copied, but for ``graded``, the file the check grades (its path in the
+    folder): the worker imports the check's snapshot of that one (src/lumen_ex/core/snapshot.py)."""
+
+    folder: Path
+    digests: dict[str, str]
+    graded: str = ""
+
+    @classmethod
+    def of(cls, folder: Path, entries: list[dict], data: bytes, graded: Path | None) -> CopyRecord:
+        skip = ""
+        if graded is not None:
+            try:
+                skip = graded.resolve().relative_to(folder).as_posix()
+            except ValueError:
+                pass
+        digests = copy_digests(entries, data)
+        digests.pop(skip, None)
+        return cls(folder, digests, skip)
+
+    def current(self) -> bool:
+        """Whether the folder still holds what was copied (a helper module saved since: no)."""
+        try:
+            now = copy_digests(*workspace_copy(self.folder))
+        except ZygoteUnavailable:
+            return False
+        now.pop(self.graded, None)
+        return now == self.digests
 
 
 def _copy(root: Path) -> tuple[list[dict], bytes]:

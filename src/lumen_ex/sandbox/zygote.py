@@ -38,7 +38,7 @@ from lumen_ex.sandbox.cgroups import Enforcement
 from lumen_ex.sandbox.forked_process import ForkedProcess
 from lumen_ex.sandbox.inside import confine
 from lumen_ex.sandbox.processes import kill_group, reap
-from lumen_ex.sandbox.workspace_copy import ZygoteUnavailable, workspace_copy
+from lumen_ex.sandbox.workspace_copy import CopyRecord, ZygoteUnavailable, workspace_copy
 
 START_S = 60.0              # how long a zygote may take to import torch and say it is ready
 FORK_S = 10.0               # how long a fork may take until the worker's init reports its pid
@@ -268,15 +268,16 @@ class ZygoteLauncher(Launcher):
     def _can_fork(self, spec: WorkerSpec) -> bool:
         return spec.device == "cpu" and supported() and self.failures < 2
 
-    def start(self, spec: WorkerSpec) -> None:
+    def start(self, spec: WorkerSpec) -> bool:
         """Start the zygote now, without waiting for it, so that its torch import overlaps with
-        whatever the caller does next (a grading process imports its own). Any failure is left
-        for the first launch, which then starts a fresh worker."""
+        whatever the caller does next (a grading process, or a learner's check session, imports its
+        own). Any failure is left for the first launch, which then starts a fresh worker."""
         if self.zygote is None and self._can_fork(spec):
             try:
                 self._new_zygote(spec)
             except ZygoteUnavailable:
                 pass
+        return self.zygote is not None
 
     def _new_zygote(self, spec: WorkerSpec) -> None:
         try:
@@ -286,7 +287,7 @@ class ZygoteLauncher(Launcher):
             raise ZygoteUnavailable(f"the zygote could not be started: {exc}") from None
 
     def make_zygote(self, spec: WorkerSpec) -> Zygote:
-        # A ZygoteLauncher wraps bwrap's launcher (grading_main.forking); one with another inner
+        # A ZygoteLauncher wraps bwrap's launcher (src/lumen_ex/sandbox/select.py forking); one with another inner
         # launcher makes its zygote its own way (docker_slot.py DockerSlotLauncher).
         return Zygote.in_bwrap(cast(BwrapLauncher, self.inner), spec)
 
@@ -338,8 +339,10 @@ class ZygoteLauncher(Launcher):
             pipes.close()
             raise
         self.forked += 1
-        return pipes.hand_over(ForkedProcess(pid, channel), enforcement, inside,
-                               {**enforcement.describe(), **self.scratch(spec)})
+        launched = pipes.hand_over(ForkedProcess(pid, channel), enforcement, inside,
+                                   {**enforcement.describe(), **self.scratch(spec)})
+        launched.workspace_copy = CopyRecord.of(spec.workspace.resolve(), entries, data, spec.graded_file)
+        return launched
 
     def close(self) -> None:
         """Stop the zygote (and so every worker it forked)."""
