@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REFERENCES, pack_copy, requires_bwrap
+from docker_support import containers, needs_docker, wait_until
 from helpers.cli import normalise, run
 
 from lumen_ex.core.workspace import Workspace
@@ -113,6 +114,39 @@ def test_the_second_check_is_warm_and_prints_what_a_cold_one_prints(tmp_path, ru
     assert run(["check", "2", "--sandbox", "bwrap"], ws / "02-kv-cache", env).returncode == 1
     assert re.search(r"checked 02-kv-cache seed \d+: fail", logs(runtime))
     assert len(list((runtime / "lumen-ex").glob("*.sock"))) == 1
+
+
+@needs_docker
+@pytest.mark.slow
+def test_under_docker_the_second_check_is_warm_in_a_slot_that_stops_with_the_server(tmp_path, runtime):
+    """A learner whose `check` uses docker (auto, once the image is built) gets the warm path too: the
+    server keeps one container, its slot (src/lumen_ex/sandbox/docker_slot.py), and forks each check's
+    worker in it. The output is a cold docker check's; the record too, but for how each limit was held
+    (a cgroup of the harness's own for a forked worker, the container's limits for a check's own
+    container) and the harness's Python (the server's, not the image's), as in `lumen-ex grade
+    --sandbox docker`. The slot goes when the server does."""
+    ws = init(tmp_path)
+    (ws / "01-attention" / "attention.py").write_text(NO_SCALE)
+    env = env_for(runtime, **{check_server.IDLE_ENV: "20"})
+    slots_before = set(containers(name="lumen-slot-"))
+    args = ["check", "1", "--sandbox", "docker", "--seed", "7"]
+    cold = run([*args, "--format", "json"], ws / "01-attention", env)
+    assert cold.returncode == 1, cold.stdout + cold.stderr
+    wait_for(lambda: "serving" in logs(runtime))
+    warm = run([*args, "--format", "json"], ws / "01-attention", env)
+    assert re.search(r"checked 01-attention seed 7: fail", logs(runtime)), logs(runtime)
+    cold_record, warm_record = json.loads(cold.stdout), json.loads(warm.stdout)
+    assert warm_record["sandbox"]["limits"]["tmp"].endswith("in the slot's container; everything else read-only")
+    strip = lambda d: {k: v for k, v in d.items() if k != "duration"} | {   # noqa: E731
+        "sandbox": {k: v for k, v in d["sandbox"].items() if k != "limits"},
+        "versions": {k: v for k, v in d["versions"].items() if k != "python"},
+        "tests": [{k: v for k, v in t.items() if k != "duration"} for t in d["tests"]]}
+    assert strip(warm_record) == strip(cold_record)
+    assert len(set(containers(name="lumen-slot-")) - slots_before) == 1       # the server's slot
+    rich = [run(args, ws / "01-attention", env_for(runtime, **extra)) for extra in ({check_server.SWITCH_ENV: "off"}, {})]
+    assert normalise(rich[1].stdout, tmp_path) == normalise(rich[0].stdout, tmp_path)
+    _stop_all(runtime)
+    assert wait_until(lambda: not set(containers(name="lumen-slot-")) - slots_before, 60), "the slot outlived its server"
 
 
 @requires_bwrap

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import socket
 import subprocess
 
@@ -377,11 +378,11 @@ def test_another_host_is_warned_about(tmp_path):
 # -- errors a learner can fix: one line and the next step ---------------------------------------------
 
 
-def _serve_fails(*args: str, cwd=None) -> subprocess.CompletedProcess:
+def _serve_fails(*args: str, cwd=None, env=None) -> subprocess.CompletedProcess:
     from conftest import LUMEN_EX
 
     return subprocess.run([LUMEN_EX, "serve", "--no-browser", *args], capture_output=True, text=True, timeout=120,
-                          cwd=cwd)
+                          cwd=cwd, env=env)
 
 
 def test_no_workspace_is_one_line(tmp_path):
@@ -390,11 +391,15 @@ def test_no_workspace_is_one_line(tmp_path):
     assert proc.stderr.count("\n") == 1 and "lumen-ex init" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_docker_is_refused_with_the_reason(tmp_path):
+def test_docker_without_its_image_is_one_line_with_the_build_command(tmp_path):
+    """`serve --sandbox docker` forks its workers in one container of the grader image (as watch
+    does); without that image it says so in one line, with the command that builds it."""
     ws = make_workspace(tmp_path)
-    proc = _serve_fails("--port", "0", "--workspace", str(ws.root), "--sandbox", "docker")
+    proc = _serve_fails("--port", "0", "--workspace", str(ws.root), "--sandbox", "docker",
+                        env={**os.environ, "LUMEN_EX_IMAGE": "lumen-ex-grader:never-built"})
     assert proc.returncode != 0
-    assert "docker is not supported" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "docker" in proc.stderr and "lumen-ex image build" in proc.stderr
 
 
 def test_a_busy_port_is_one_line(tmp_path, served):

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 from conftest import REFERENCES, ROOT, best_sandbox, interruptible, make_workspace
+from docker_support import containers, needs_docker, wait_until
 
 from lumen_ex.core.errors import SandboxUnavailable
 from lumen_ex.learner.watch import Inotify, WatchSession
+from lumen_ex.sandbox.docker_slot import DockerSlotLauncher
 from lumen_ex.sandbox.zygote import ZygoteLauncher
 from lumen_ex.sandbox.zygote import supported as zygote_supported
 
@@ -277,10 +279,38 @@ def test_inotify_reports_only_the_watched_file(tmp_path):
         watcher.close()
 
 
-def test_docker_is_refused_with_a_next_step(workspace):
+def test_docker_where_no_slot_can_run_is_refused_with_a_next_step(workspace, monkeypatch):
+    """Under docker, watch forks its workers in one container (a slot); where none can run (no
+    seccomp filter or SO_PASSCRED: not x86_64 Linux), it says so and what to use instead."""
+    from lumen_ex.learner import watch_session
+    from lumen_ex.sandbox import select
+    from lumen_ex.sandbox.docker import DockerSandbox
+
+    monkeypatch.setattr(select, "supported", lambda: False)
+    monkeypatch.setattr(watch_session, "select_backend", lambda name: (DockerSandbox("img:1"), ""))
     with pytest.raises(SandboxUnavailable) as info:
         WatchSession("1", workspace=workspace, sandbox="docker")
-    assert "not supported in watch mode" in info.value.message and "bwrap" in info.value.next_step
+    assert "cannot be kept warm" in info.value.message and "bwrap" in info.value.next_step
+
+
+@needs_docker
+@pytest.mark.slow
+def test_under_docker_each_check_is_forked_in_one_slot_that_stops_with_the_session(session_factory, workspace):
+    slots_before = set(containers(name="lumen-slot-"))
+    session = session_factory(sandbox="docker")
+    target = exercise_file(workspace)
+    save(target, MARKS_THE_WORKER)
+    first = session.check_once()
+    assert first.status.value == "fail" and first.sandbox.backend == "docker"
+    save(target, CORRECT_IN_A_FRESH_WORKER)
+    assert next_change(session) is not None
+    second = session.check_once()
+    assert second.status.value == "pass", second.message      # a fresh worker: nothing of the first run seen
+    launcher = session.launcher.inner
+    assert isinstance(launcher, DockerSlotLauncher) and launcher.forked >= 2
+    assert len(set(containers(name="lumen-slot-")) - slots_before) == 1
+    session.close()
+    assert wait_until(lambda: not set(containers(name="lumen-slot-")) - slots_before, 60), "the slot outlived its session"
 
 
 # -------------------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ def device_option(default: str = "auto"):
     return click.option("--device", type=click.Choice(DEVICES), default=default, show_default=True)
 
 
-# watch and serve: the learner's own sandbox, never docker (a container is never kept warm)
-WARM_SANDBOX_HELP = "Where your code runs: bwrap, or none (not isolated); docker is not supported here."
+# watch and serve: auto is the learner's own sandbox; docker keeps one container for the session
+WARM_SANDBOX_HELP = ("Where your code runs: bwrap, none (not isolated), or docker (workers forked in one container "
+                     "kept for the session); auto is bwrap.")
 SESSION_SEED_HELP = "Seed for the hidden inputs (default: one random seed for the session)."

@@ -1,7 +1,9 @@
 """``lumen-ex check`` warm when it can be, cold otherwise (src/lumen_ex/learner/check_server.py).
 
-The warm path is tried only where a cold check would grade on this machine's own sandbox (bwrap, or
-the labelled unisolated mode): a docker check is a container of its own, with nothing to keep warm.
+The warm path is tried where a cold check would grade on this machine's own sandbox (bwrap, or the
+labelled unisolated mode), and under docker where its workers can be forked in a container kept by
+the server (its slot: src/lumen_ex/sandbox/docker_slot.py), the harness then in the server as in
+``lumen-ex grade``.
 It is never tried in CI (``$CI`` set: a job's check is its only one) or with LUMEN_EX_CHECK_SERVER=off.
 Whatever the warm path cannot do, the cold check does, exactly as before; after a cold check the
 server is started for the next one.
@@ -31,10 +33,12 @@ def check_warm_or_cold(exercise: str, *, workspace: Path | None, sandbox: str, s
                        device: str) -> RunResult:
     from lumen_ex.learner import check_server
     from lumen_ex.sandbox.base import Launcher
+    from lumen_ex.sandbox.select import forking
 
     chosen = _chosen(sandbox) if check_server.enabled() and not os.environ.get("CI") else None
     root = None
-    if chosen is not None and isinstance(chosen[0], Launcher):   # a host sandbox: a server can keep it warm
+    # A host sandbox, or docker where its workers can be forked in a slot: a server can keep it warm.
+    if chosen is not None and isinstance(forking(chosen[0]), Launcher):
         from lumen_ex.core import catalog
         from lumen_ex.core.errors import LumenError
         from lumen_ex.core.workspace import Workspace

@@ -22,7 +22,9 @@ It serves one user, one workspace and this very lumen-ex, and nothing else:
   again and stops when idle;
 - **time**: a server stops itself after IDLE_S seconds without a check.
 
-Anything the warm path cannot serve (docker, a sandbox that is not there, a server that does not
+Under docker the server keeps one container of the grader image, its slot (src/lumen_ex/sandbox/docker_slot.py),
+and forks each check's worker in it, the harness staying in the server, as ``lumen-ex grade`` does;
+the slot stops with the server. Anything the warm path cannot serve (docker where no slot can run, a sandbox that is not there, a server that does not
 answer, dies mid-check or refuses) is graded the cold way, as before: a learner never sees the
 difference but in the time. ``LUMEN_EX_CHECK_SERVER=off`` turns the server off (the tests do, but
 for those of the server itself).
@@ -137,7 +139,7 @@ def _peer_uid(sock: socket.socket) -> int:
 def warm_check(exercise: str, *, workspace: Path, sandbox: str, note: str, device: str, seed: int | None,
                limit_s: float) -> tuple[dict, list[str]] | None:
     """The result record (and its warnings) of a check by this workspace's server, or None: then
-    check cold. ``sandbox`` is the host sandbox the cold check would use (bwrap or none), ``note``
+    check cold. ``sandbox`` is the sandbox the cold check would use (bwrap, none, or docker: then forked in a slot), ``note``
     the warning it would show; ``limit_s`` how long to wait for the answer."""
     folder = runtime_dir()
     key = server_key(workspace, sandbox, device) if folder is not None else None

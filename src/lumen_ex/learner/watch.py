@@ -22,8 +22,8 @@ This module is the public entry point; the work is split the way rustlings split
 The harness here is the ``lumen-ex`` process itself, which never imports from the current folder
 or a ``PYTHONPATH`` (src/lumen_ex/core/trusted.py); the only processes it starts are the sandboxed workers,
 ``python -I`` in a fixed folder with a clean environment (src/lumen_ex/sandbox/base.py).
-``--sandbox docker`` is refused here (every docker check is a container run of its own, with
-nothing to keep warm between saves).
+Under ``--sandbox docker`` the workers are forked in one container of the grader image kept for the
+session (src/lumen_ex/sandbox/docker_slot.py), the harness staying here, as in ``lumen-ex grade``.
 """
 
 from __future__ import annotations

@@ -22,9 +22,10 @@ every small op ~10x slower). The harness modules that import torch or pytest are
 (after the zygote, or the first worker, is started, so that its torch import overlaps with ours).
 Under bwrap, workers are forked from that zygote (src/lumen_ex/sandbox/select.py ``forking``).
 
-Docker is not supported here (each docker check is a container run of its own; there is nothing to
-keep warm from this side): ``--sandbox docker`` is refused with that explanation, and ``auto`` means
-bwrap, else the labelled unisolated mode.
+Under ``--sandbox docker`` the harness stays here and the workers are forked in one container of
+the grader image kept for the session, its slot (src/lumen_ex/sandbox/docker_slot.py, as in
+``lumen-ex grade``); where no slot can run, docker is refused with the reason. ``auto`` means bwrap,
+else the labelled unisolated mode.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import select
 import signal
 import time
 from pathlib import Path
-from typing import Callable, Iterator, cast
+from typing import Callable, Iterator
 
 from lumen_ex.core import catalog as catalog_mod
 from lumen_ex.core import seeds
@@ -45,7 +46,7 @@ from lumen_ex.core.workspace import Workspace
 from lumen_ex.harness.check import check_here, worker_spec
 from lumen_ex.learner.file_events import POLL_INTERVAL, Change, Inotify, Poller, file_digest
 from lumen_ex.learner.prewarm import GuardedLauncher, Prewarm
-from lumen_ex.sandbox.base import Launcher
+from lumen_ex.sandbox.base import Backend, Launcher
 from lumen_ex.sandbox.processes import signals_deferred
 from lumen_ex.sandbox.select import best_host_launcher, forking, select_backend
 
@@ -55,19 +56,20 @@ MAX_SETTLE = 0.5        # never wait longer than this for a burst of events to e
 
 def watch_launcher(sandbox: str) -> tuple[Launcher, str]:
     """The launcher watch mode uses for ``sandbox``, and a warning to show (empty when none)."""
-    if sandbox == "docker":   # its checks are container runs: nothing stays warm between saves
-        raise SandboxUnavailable(
-            "--sandbox docker is not supported in watch mode (every docker check is a container run "
-            "of its own, with nothing to keep warm between saves)",
-            "Use `lumen-ex watch` with --sandbox bwrap (or auto), and `lumen-ex check --sandbox docker` "
-            "for a final check in the container")
+    backend: Backend
     if sandbox == "auto":
-        launcher, warning = best_host_launcher()
+        backend, warning = best_host_launcher()
     else:
         backend, warning = select_backend(sandbox)
-        launcher = cast(Launcher, backend)      # every backend but docker's is a Launcher
-    # Each check's fresh worker forked from a warm zygote where bwrap has one: a fork, not a torch import.
-    return cast(Launcher, forking(launcher)), warning
+    # Each check's fresh worker forked from a warm zygote: bwrap's of this process, docker's in one
+    # container of this process kept for the session (its slot): a fork, not a torch import.
+    launcher = forking(backend)
+    if not isinstance(launcher, Launcher):   # docker where no slot can run: every check a container of its own
+        raise SandboxUnavailable(
+            "--sandbox docker cannot be kept warm here (its workers are forked in a container, which "
+            "needs seccomp filters and SO_PASSCRED on x86_64 Linux)",
+            "Use --sandbox bwrap (or auto), and `lumen-ex check --sandbox docker` for a check in the container")
+    return launcher, warning
 
 
 class WatchSession:

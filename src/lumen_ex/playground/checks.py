@@ -64,7 +64,7 @@ class CheckService:
 
         self.workspace = workspace
         self.sandbox, self.seed, self.device = sandbox, seed, device
-        launcher, self.warning = watch_launcher(sandbox)   # refuses docker, as watch mode does
+        launcher, self.warning = watch_launcher(sandbox)   # as watch mode chooses it
         self.sandbox_info = {"name": launcher.name, "isolated": launcher.isolated,
                              "note": join_notes(launcher.note(), self.warning)}
         self.progress = Progress()
