@@ -1,7 +1,10 @@
 """How fast `lumen-ex watch` answers a save of a FAILING file, for every exercise, measured in one run.
 
     python bench/failing_rechecks.py [--via watch|playground|check] [--sandbox bwrap|none]
-                                     [--per-exercise 8] [--passing 3] [-e 5]
+                                     [--per-exercise 8] [--passing 3] [-e 5] [--quick]
+
+``--quick`` saves each file at once after the last result, without waiting for the worker kept in
+advance: a learner who saves again and again.
 
 ``--via playground`` measures the same files through a `lumen-ex serve` process instead: each one
 posted as the editor's text (Ctrl+Enter), from the request to the result event
@@ -39,7 +42,7 @@ def write(path: Path, text: str) -> None:
         f.write(text)
 
 
-def measure(ex, files: list[Path], passing: int, sandbox: str) -> tuple[list[float], list[float], list[str]]:
+def measure(ex, files: list[Path], passing: int, sandbox: str, pause: bool = True) -> tuple[list[float], list[float], list[str]]:
     from lumen_ex.learner.watch import WatchSession
 
     ws = reference_workspace()
@@ -50,9 +53,10 @@ def measure(ex, files: list[Path], passing: int, sandbox: str) -> tuple[list[flo
     reference = ex.reference_path.read_text()
     try:
         for text, into in [*((f.read_text(), failing) for f in files), *((reference, passed),) * passing]:
-            if not session.wait_worker(180):
-                raise SystemExit("the worker kept in advance did not start")
-            time.sleep(0.2)
+            if pause:
+                if not session.wait_worker(180):
+                    raise SystemExit("the worker kept in advance did not start")
+                time.sleep(0.2)
             if into is passed:                 # the same text again is no change: alternate a comment
                 text += f"\n# save {len(passed)}\n"
             t0 = time.perf_counter()
@@ -67,7 +71,7 @@ def measure(ex, files: list[Path], passing: int, sandbox: str) -> tuple[list[flo
     return failing, passed, statuses
 
 
-def measure_playground(ex, files: list[Path], passing: int, sandbox: str):
+def measure_playground(ex, files: list[Path], passing: int, sandbox: str, pause: bool = True):
     from playground_latency import Server
     from watch_latency import wait_idle
 
@@ -79,7 +83,8 @@ def measure_playground(ex, files: list[Path], passing: int, sandbox: str):
         wait_idle(server.proc.pid)
         server.check(reference, ex.slug)                        # the first check: not counted
         for text, into in [*((f.read_text(), failing) for f in files), *((reference, passed),) * passing]:
-            wait_idle(server.proc.pid)
+            if pause:
+                wait_idle(server.proc.pid)
             if into is passed:
                 text += f"\n# save {len(passed)}\n"
             elapsed, status = server.check(text, ex.slug)
@@ -90,7 +95,7 @@ def measure_playground(ex, files: list[Path], passing: int, sandbox: str):
     return failing, passed, statuses
 
 
-def measure_check(ex, files: list[Path], passing: int, sandbox: str):
+def measure_check(ex, files: list[Path], passing: int, sandbox: str, pause: bool = True):
     import json
     import shutil
     import subprocess
@@ -114,7 +119,8 @@ def measure_check(ex, files: list[Path], passing: int, sandbox: str):
         log = "".join(p.read_text() for p in runtime.glob("lumen-ex/*.log"))
         server = int(re.search(r"\[(\d+)\] serving", log).group(1))
         for text, into in [*((f.read_text(), failing) for f in files), *((reference, passed),) * passing]:
-            wait_idle(server)                                  # the learner edits: the next worker gets ready
+            if pause:
+                wait_idle(server)                              # the learner edits: the next worker gets ready
             write(target, text)
             t0 = time.perf_counter()
             proc = subprocess.run([*command, "--format", "json"], env=env, capture_output=True, text=True)
@@ -133,6 +139,8 @@ def main() -> None:
     parser.add_argument("--per-exercise", type=int, default=8, help="buggy files saved per exercise")
     parser.add_argument("--passing", type=int, default=3, help="saves of the reference per exercise")
     parser.add_argument("-e", "--exercise", action="append", help="only these exercises (repeatable)")
+    parser.add_argument("--quick", action="store_true",
+                        help="save again at once, without waiting for the worker kept in advance")
     args = parser.parse_args()
     from lumen_ex.core import catalog
     from lumen_ex.sandbox.bwrap import BwrapLauncher
@@ -143,11 +151,12 @@ def main() -> None:
     how = {"watch": measure, "playground": measure_playground, "check": measure_check}[args.via]
     shown = {"watch": "`lumen-ex watch`", "playground": "the playground (`lumen-ex serve`)",
              "check": "`lumen-ex check` again (the background server)"}[args.via]
-    print(f"failing re-checks in {shown} (--sandbox {sandbox}), seconds")
+    when = "saved again at once" if args.quick else "saved once the worker kept in advance is ready"
+    print(f"failing re-checks in {shown} (--sandbox {sandbox}, {when}), seconds")
     print(f"{'exercise':<22}{'files':>6}{'fail median':>13}{'fail worst':>12}{'pass median':>13}{'fail/pass':>11}")
     for ex in chosen:
         files = sorted(ex.corpus_dir.glob("buggy/*.py"))[: args.per_exercise]
-        failing, passing, statuses = how(ex, files, args.passing, sandbox)
+        failing, passing, statuses = how(ex, files, args.passing, sandbox, pause=not args.quick)
         if statuses[len(files):] != ["pass"] * args.passing:
             raise SystemExit(f"{ex.slug}: the reference did not pass: {statuses}")
         fail_median, pass_median = statistics.median(failing), statistics.median(passing)
