@@ -60,7 +60,8 @@ export function showProgress(region, progress) {
   if (!box) {
     region.replaceChildren();
     box = el("div", { class: "progress" });
-    box.append(el("progress", { max: "1", value: "0", "aria-label": "tests run" }), el("p", { class: "now" }));
+    box.append(el("progress", { max: "1", value: "0", "aria-label": "tests run" }), el("p", { class: "now" }),
+               el("p", { class: "early-failure", role: "status" }));
     region.append(box);
   }
   const bar = box.querySelector("progress");
@@ -69,6 +70,9 @@ export function showProgress(region, progress) {
   box.querySelector(".now").textContent =
     progress.total ? `${progress.done} of ${progress.total} tests run${progress.name ? ` · last: ${progress.name}` : ""}`
                    : "starting the check…";
+  // The first test that failed, as soon as it is known; the result that follows explains it.
+  box.querySelector(".early-failure").textContent =
+    progress.first_failed ? `✗ failing so far: ${progress.first_failed} (${progress.failed} failed; the rest follows)` : "";
 }
 
 // The region says what it shows (data-state: running, result, message) and how many checks have

@@ -407,3 +407,32 @@ def test_a_busy_port_is_one_line(tmp_path, served):
     proc = _serve_fails("--port", str(served.port), "--workspace", str(ws.root), "--sandbox", "none")
     assert proc.returncode == 2
     assert f"cannot listen on 127.0.0.1:{served.port}" in proc.stderr and "--port" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_failing_checks_progress_names_its_first_failing_test_before_the_result(tmp_path):
+    """The page's progress events (src/lumen_ex/harness/progress.py, shown by frontend/src/result.js
+    showProgress) carry the first failing test's title as soon as it fails, before the result event."""
+    import time
+
+    from conftest import best_sandbox
+
+    from lumen_ex.playground.checks import CheckService
+
+    ws = make_workspace(tmp_path)
+    target = ws.root / "01-attention" / "attention.py"
+    target.write_text(REFERENCES["attention"].read_text().replace("/ math.sqrt(d_k)", ""))
+    service = CheckService(ws, sandbox=best_sandbox(), seed=3)
+    try:
+        check = service.start("attention")
+        deadline = time.monotonic() + 120
+        while not check.done:
+            assert time.monotonic() < deadline, check.events
+            time.sleep(0.05)
+    finally:
+        service.close()
+    kinds = [kind for kind, _ in check.events]
+    assert kinds[-1] == "result" and set(kinds[:-1]) == {"progress"}, kinds
+    told = [i for i, (kind, data) in enumerate(check.events) if kind == "progress" and data["first_failed"]]
+    assert told and told[0] < len(kinds) - 1
+    assert check.events[told[0]][1]["failed"] >= 1 and check.events[-1][1]["record"]["status"] == "fail"

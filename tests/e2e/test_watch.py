@@ -7,6 +7,7 @@ worker processes, inotify or polling, real files written the ways editors write 
 from __future__ import annotations
 
 import os
+import re
 import select
 import signal
 import subprocess
@@ -409,6 +410,54 @@ def test_ctrl_c_exits_0_and_leaves_no_worker_or_cgroup(workspace):
         watch.proc.kill()
         raise
     interrupt_and_check_nothing_is_left(watch, children)
+
+
+@pytest.mark.slow
+def test_the_first_failing_test_is_shown_before_the_rest_of_the_check(workspace):
+    """`lumen-ex watch` prints the title of the first test that fails as soon as it fails, then the
+    whole result when the check ends (issue "The learner's loop": the first failure as soon as it is known)."""
+    watch = WatchProcess(workspace)
+    try:
+        first = watch.wait_footers(1)
+        assert first.count("failing so far") == 1 and first.index("failing so far") < first.index("first failure:")
+        save(exercise_file(workspace), REFERENCE)                 # a passing check: nothing early
+        second = watch.wait_footers(2)[len(first):]
+        assert "failing so far" not in second and "All tests passed" in second
+        save(exercise_file(workspace), NO_SCALE)
+        third = watch.wait_footers(3)[len(first) + len(second):]
+        assert third.count("failing so far") == 1, third
+        assert third.index("failing so far") < third.index("first failure:"), third
+        line = next(ln for ln in third.splitlines() if "failing so far" in ln)
+        assert re.search(r"\(\d+ of \d+ tests run; the rest follows\)", line), line
+    finally:
+        watch.proc.kill()
+        watch.proc.wait()
+
+
+def test_progress_tells_the_first_failing_test_of_each_check(session_factory, workspace):
+    """The progress plugin (src/lumen_ex/harness/progress.py) that watch and the playground listen to:
+    each check's events count its failures and name the first failing test by the suite's title."""
+    from lumen_ex.harness.progress import Progress
+
+    progress = Progress()
+    session = session_factory(plugins=(progress,))
+    events: list[dict] = []
+    progress.reset(events.append)
+    save(exercise_file(workspace), NO_SCALE)
+    result = session.check_once()
+    failing = [t for t in result.tests if t.status.value == "fail"]
+    assert failing and events[-1]["done"] == events[-1]["total"] == len(result.tests)
+    assert events[-1]["failed"] == len(failing)
+    told = [e for e in events if e["first_failed"]]
+    assert told and told[0]["failed"] == 1 and {e["first_failed"] for e in told} == {told[0]["first_failed"]}
+    assert told[0]["first_failed"] in {t.name for t in failing} or any(told[0]["first_failed"] in t.name for t in failing)
+    assert [e for e in events if not e["first_failed"]], "no test had failed at the start"
+    events.clear()
+    progress.reset(events.append)
+    save(exercise_file(workspace), REFERENCE)
+    assert next_change(session) is not None
+    assert session.check_once().status.value == "pass"
+    assert events and all(e["failed"] == 0 and e["first_failed"] == "" for e in events)
 
 
 @pytest.mark.slow

@@ -144,24 +144,32 @@ def check(ctx, exercise: str, workspace: Path | None, sandbox: str, fmt: str, se
 @click.pass_context
 def watch(ctx, exercise: str, workspace: Path | None, sandbox: str, seed: int | None, device: str, poll: bool) -> None:
     """Check EXERCISE again every time you save it (Ctrl-C to stop)."""
-    from lumen_ex.cli.render import console, render_result
+    from lumen_ex.cli.render import console, early_failure, render_result
+    from lumen_ex.harness.progress import Progress
     from lumen_ex.learner.watch import WatchSession, serve
 
     con = console()
     con.print("lumen-ex watch: starting (the first check imports torch)...", style="dim")
+    progress = Progress()
 
     def show(result, session) -> None:
+        progress.reset(None)
         if con.is_terminal:
             con.clear()
         render_result(con, result, watching=True)
         con.print(session.footer, style="dim")
         sys.stdout.flush()
 
+    def on_change(change) -> None:
+        progress.reset(early_failure(con))   # the first failing test, shown while the rest runs
+
     try:
-        session = WatchSession(exercise, workspace=workspace, sandbox=sandbox, seed=seed, device=device, poll=poll)
+        session = WatchSession(exercise, workspace=workspace, sandbox=sandbox, seed=seed, device=device, poll=poll,
+                               plugins=(progress,))
     except KeyboardInterrupt:   # Ctrl-C while starting: the session has cleaned up after itself
         ctx.exit(0)
-    ctx.exit(serve(session, show))
+    progress.reset(early_failure(con))
+    ctx.exit(serve(session, show, on_change))
 
 
 @cli.command()

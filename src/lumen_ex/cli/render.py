@@ -74,6 +74,22 @@ def render_result(con: Console, result: RunResult, *, watching: bool = False) ->
     con.print(_summary(result, watching=watching))
 
 
+def early_failure(con: Console):
+    """A progress listener (src/lumen_ex/harness/progress.py) for `lumen-ex watch`: the title of the
+    first test that fails, printed once while the rest of the check runs (the result then replaces
+    it; its first failure is the most explanatory one, which may be another test)."""
+    shown = False
+
+    def listen(event: dict) -> None:
+        nonlocal shown
+        if event.get("first_failed") and not shown:
+            shown = True
+            con.print(Text.assemble(("✗ failing so far: ", "red"), one_line(str(event["first_failed"])),
+                                    (f" ({event.get('done', 0)} of {event.get('total', 0)} tests run; the rest follows)",
+                                     "dim")))
+    return listen
+
+
 def _failure_panel(test: TestResult, named: list[dict] | None = None) -> Panel:
     """The first failure; ``named``: the run's named mistakes (RunResult.misconceptions), whose
     most consistent one is shown under it with its evidence across the run."""

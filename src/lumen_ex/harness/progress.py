@@ -1,16 +1,18 @@
 """Per-test progress of a running check, for views that show it live (``lumen-ex serve``).
 
 A :class:`Progress` is a pytest plugin: after collection it reports how many tests there are, and
-after each test how many have run and the last one's name. It only tells; the
+after each test how many have run, the last one's name, how many have failed and the title of the
+first that did (``first_failed``: a learner sees what fails first while the rest runs). Titles
+are the hidden suite's own (its docstrings), never the learner's text. It only tells; the
 verdict is still the result record's (src/lumen_ex/harness/plugin.py). ``listener`` is set per check
-(None: nobody listens) and ``cancelled`` ends the run before its next test starts.
+(None: nobody listens) and ``cancelled`` ends the run before its next test starts. The result's
+first failure may be another test than ``first_failed``: the record orders failures by how much
+they explain (src/lumen_ex/core/results.py), which is known only at the end.
 """
 
 from __future__ import annotations
 
 from typing import Callable
-
-import pytest
 
 Listener = Callable[[dict], None]
 
@@ -22,10 +24,17 @@ class Progress:
         self.total = 0
         self.done = 0
         self._names: dict[str, str] = {}
+        self._failed: set[str] = set()
+        self.first_failed = ""
 
     def reset(self, listener: Listener | None) -> None:
         """Before a check: who listens to it (the run's counts start again)."""
         self.listener, self.cancelled, self.done = listener, False, 0
+        self._failed, self.first_failed = set(), ""
+
+    def _event(self, name: str) -> dict:
+        return {"done": self.done, "total": self.total, "name": name, "failed": len(self._failed),
+                "first_failed": self.first_failed}
 
     def _tell(self, event: dict) -> None:
         listener = self.listener
@@ -36,15 +45,23 @@ class Progress:
         self.total = len(session.items)
         self._names = {item.nodeid: _title(item) for item in session.items}
         self.done = 0
-        self._tell({"done": 0, "total": self.total, "name": ""})
+        self._failed, self.first_failed = set(), ""
+        self._tell(self._event(""))
 
     def pytest_runtest_setup(self, item) -> None:
         if self.cancelled:
+            import pytest  # here: `lumen-ex watch` makes this plugin before it imports pytest
+
             pytest.exit("the check was cancelled")
+
+    def pytest_runtest_logreport(self, report) -> None:
+        if report.failed and report.nodeid not in self._failed:
+            self._failed.add(report.nodeid)
+            self.first_failed = self.first_failed or self._names.get(report.nodeid, report.nodeid)
 
     def pytest_runtest_logfinish(self, nodeid: str, location) -> None:
         self.done += 1
-        self._tell({"done": self.done, "total": self.total, "name": self._names.get(nodeid, nodeid)})
+        self._tell(self._event(self._names.get(nodeid, nodeid)))
 
 
 def _title(item) -> str:

@@ -179,7 +179,7 @@ class CheckService:
             else:
                 self._publish(check, session, result)
         finally:
-            session.prepare_next()   # the next worker imports torch while the learner reads
+            session.prepare_next()   # the next worker is made ready while the learner reads
 
     def _publish(self, check: Check, session, result) -> None:
         from lumen_ex.feedback.web import web_view
