@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 from conftest import REFERENCES, best_sandbox, make_workspace
@@ -82,8 +83,8 @@ def laptop(browser, served):
 
 @pytest.fixture
 def narrow(browser, served):
-    """A 420 px wide window (a phone, a split screen): one column, nothing off screen sideways."""
-    yield from _page(browser, served, {"width": 420, "height": 800})
+    """A 400 px wide window (a phone, a split screen): one column, nothing off screen sideways."""
+    yield from _page(browser, served, {"width": NARROW, "height": 800})
 
 
 def _page(browser, served, viewport: dict):
@@ -348,6 +349,17 @@ BROKEN = "\n".join(line + ":" if i == SYNTAX_LINE - 1 else line
                    for i, line in enumerate(REFERENCE.split("\n")))
 
 
+NARROW = 400                        # px: the narrow window's width
+SCREENSHOTS = "LUMEN_EX_SCREENSHOTS"  # a folder: the layout tests save what they checked there (docs/screenshots/)
+
+
+def screenshot(page, name: str) -> None:
+    """Save the window as the test saw it, when LUMEN_EX_SCREENSHOTS names a folder."""
+    folder = os.environ.get(SCREENSHOTS)
+    if folder:
+        page.screenshot(path=str(Path(folder) / f"{name}.png"))
+
+
 def box(page, selector: str) -> dict:
     return page.evaluate(f"() => {{ const r = document.querySelector({json_text(selector)}).getBoundingClientRect();"
                          " return {top: r.top, bottom: r.bottom, left: r.left, right: r.right}; }")
@@ -363,6 +375,7 @@ def test_the_verdict_the_first_failure_and_its_picture_fit_a_laptop_screen(lapto
     for selector in (".headline h2", "section.first h3", "section.first p.line.mistake", "section.first figure.picture img"):
         where = box(laptop, selector)
         assert 0 <= where["top"] and where["bottom"] <= 800 and where["right"] <= 1280, (selector, where)
+    screenshot(laptop, "playground-failing-1280x800")
 
 
 @pytest.mark.slow
@@ -370,9 +383,10 @@ def test_a_narrow_window_stacks_the_editor_check_and_the_result(narrow, served):
     replace_code(narrow, NO_SCALE)
     panel = check_and_wait(narrow, narrow.get_by_role("button", name="Check", exact=True).click)
     assert "Not yet" in panel.inner_text()
-    assert narrow.evaluate("() => document.documentElement.scrollWidth") <= 420     # nothing off screen sideways
+    assert narrow.evaluate("() => document.documentElement.scrollWidth") <= NARROW   # nothing off screen sideways
     check, editor, first = box(narrow, "#check"), box(narrow, "#editor"), box(narrow, "section.first")
-    assert check["right"] <= 420 and editor["right"] <= 420 and first["right"] <= 420
+    assert check["right"] <= NARROW and editor["right"] <= NARROW and first["right"] <= NARROW
+    screenshot(narrow, f"playground-failing-{NARROW}px")
     assert check["bottom"] <= editor["top"] + 1 and editor["bottom"] <= first["top"]   # stacked in that order
     assert box(narrow, "#readme")["top"] >= first["bottom"]                           # the README below
 
