@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import platform
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from lumen_ex import __version__
@@ -100,7 +101,10 @@ def check_here(ex: Exercise, workspace: Path, learner_file: Path, launcher: Laun
         return _refused(ex, str(exc), launcher, device=device, seed=seed, started=started, warning=warning)
 
     if first is None:
-        first = launcher.launch(spec)  # before importing torch here: the two imports then overlap
+        # Before importing torch here, so that the two imports overlap; warm (WorkerSpec.warm): the
+        # worker loads torch's meta kernels before its hello too, while this process is still
+        # importing torch and pytest and collecting the suite, which takes longer than its import.
+        first = launcher.launch(replace(spec, warm=True))
     pool = None
     try:
         from lumen_ex.harness.client import WorkerPool  # lazy: it imports torch, after the launch above

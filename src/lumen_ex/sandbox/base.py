@@ -61,10 +61,10 @@ class WorkerSpec:
     module_dir: Path       # the folder holding the learner's module, inside ``workspace``
     device: str = "cpu"    # "cpu" or "cuda"
     limits: Limits = field(default_factory=Limits)
-    # Started in advance (watch, serve, the next job of a grading process): the worker loads torch's
-    # meta-device kernels (about a second) before its hello, while nothing waits for it. A worker
-    # started when a check needs it (a cold check, a replacement after a crash) loads them only if
-    # a test uses the meta device.
+    # Started in advance (watch, serve, the next job of a grading process) or with a cold check's
+    # harness still importing torch and pytest: the worker loads torch's meta-device kernels (about a
+    # second) before its hello, while nothing waits for it. A replacement after a crash, and a fresh
+    # worker a suite asks for (exercise 5's memory test), load them only if a test uses the meta device.
     warm: bool = False
     # The file a check grades (the worker imports the check's snapshot of it, src/lumen_ex/core/snapshot.py,
     # so a forked worker's copy of it may be older: src/lumen_ex/sandbox/workspace_copy.py CopyRecord).
