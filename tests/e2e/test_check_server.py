@@ -124,7 +124,10 @@ def test_under_docker_the_second_check_is_warm_in_a_slot_that_stops_with_the_ser
     worker in it. The output is a cold docker check's; the record too, but for how each limit was held
     (a cgroup of the harness's own for a forked worker, the container's limits for a check's own
     container) and the harness's Python (the server's, not the image's), as in `lumen-ex grade
-    --sandbox docker`. The slot goes when the server does."""
+    --sandbox docker`. The slot goes when the server does.
+
+    Over 30 s (about 40 s in the full run): four real `lumen-ex check` commands, two of them cold
+    containers, the server's start with its slot's, and the slot's removal."""
     ws = init(tmp_path)
     (ws / "01-attention" / "attention.py").write_text(NO_SCALE)
     env = env_for(runtime, **{check_server.IDLE_ENV: "20"})
