@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import socket
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -150,6 +151,27 @@ def test_under_docker_the_second_check_is_warm_in_a_slot_that_stops_with_the_ser
     assert normalise(rich[1].stdout, tmp_path) == normalise(rich[0].stdout, tmp_path)
     _stop_all(runtime)
     assert wait_until(lambda: not set(containers(name="lumen-slot-")) - slots_before, 60), "the slot outlived its server"
+
+
+@requires_bwrap
+@pytest.mark.slow
+def test_a_server_removes_what_killed_ones_left_of_their_sandboxes(tmp_path, runtime):
+    """A server killed with SIGKILL cannot remove its zygote's bwrap stage or its docker slot's
+    folder; the next server does, when their owner is gone (src/lumen_ex/sandbox/leftovers.py)."""
+    from lumen_ex.sandbox import leftovers
+
+    ws, tmp = init(tmp_path), tmp_path / "tmp"
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    slot = tmp / f"{leftovers.SLOT_PREFIX}{gone.pid}-killed"
+    (slot / "control").mkdir(parents=True)
+    (slot / "seccomp.json").write_text("{}")
+    mine = tmp / f"{leftovers.SLOT_PREFIX}{os.getpid()}-alive"    # this test's process runs: kept
+    mine.mkdir()
+    run(["check", "1", "--sandbox", "bwrap"], ws / "01-attention", env_for(runtime, TMPDIR=str(tmp)))
+    wait_for(lambda: "serving" in logs(runtime))
+    wait_for(lambda: not slot.exists())
+    assert mine.exists() and f"removed {slot.name}" in logs(runtime)
 
 
 @requires_bwrap

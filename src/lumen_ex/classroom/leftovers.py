@@ -1,69 +1,28 @@
-"""What a run killed with SIGKILL leaves behind, removed by the next run.
+"""What a ``lumen-ex grade`` killed with SIGKILL leaves behind, removed by the next run.
 
 A ``lumen-ex grade`` that is killed outright (``kill -9``, the machine's out-of-memory killer)
-cannot clean up after itself. It can leave:
-
-- its scratch folder ``DIR/.scratch-<pid>-*`` (src/lumen_ex/classroom/planning.py), holding copies of the students'
-  code;
-- the empty stage folders ``lumen-ex-stage-<pid>-*`` of the bwrap launcher under the temporary
-  folder (src/lumen_ex/sandbox/bwrap.py; the mounts inside them lived in a mount namespace that died with the
-  launch, so on the host they are empty folders and files);
-- empty worker cgroups ``lumen-ex-<pid>-<n>`` (src/lumen_ex/sandbox/cgroups.py);
-- the folders ``lumen-ex-slot-<pid>-*`` of docker grading slots under the temporary folder
-  (src/lumen_ex/sandbox/docker_slot.py: a seccomp profile and the folder of a control socket, never a
-  student's file). The slot's container ends by itself when its grading process is gone.
+cannot clean up after itself. It can leave its scratch folder ``DIR/.scratch-<pid>-*``
+(src/lumen_ex/classroom/planning.py), holding copies of the students' code, and what its sandboxes
+leave on the host (bwrap stages, worker cgroups, docker slots' folders: src/lumen_ex/sandbox/leftovers.py).
 
 Each name carries the pid of the process that made it, and :func:`sweep` removes only those whose
-process is gone (and, for a stage, only when it holds nothing but empty folders and files). Called
-when a grading run starts; it never raises.
+process is gone. Called when a grading run starts; it never raises.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
-import stat
-import tempfile
 from pathlib import Path
 
-from lumen_ex.sandbox import cgroups as limits
-from lumen_ex.sandbox import docker_slot
+from lumen_ex.sandbox import leftovers as sandbox_leftovers
 
 SCRATCH_PREFIX = ".scratch-"
-STAGE_PREFIX = "lumen-ex-stage-"
-SLOT_PREFIX = docker_slot.SCRATCH_PREFIX
-_OWNER = re.compile(rf"^(?:\.scratch-|{STAGE_PREFIX}|{SLOT_PREFIX})(\d+)-")
 
 
 def scratch_prefix() -> str:
     """The prefix of this process's scratch folder in DIR (it names the owner's pid)."""
     return f"{SCRATCH_PREFIX}{os.getpid()}-"
-
-
-def owner_gone(name: str) -> bool:
-    """Whether the process named in ``name`` (``.scratch-<pid>-...``) no longer exists. A name
-    without a pid (made by an older lumen-ex) is never taken for gone: its owner is unknown."""
-    m = _OWNER.match(name)
-    if m is None:
-        return False
-    pid = int(m.group(1))
-    return pid != os.getpid() and not Path(f"/proc/{pid}").exists()
-
-
-def _only_empty_entries(folder: Path) -> bool:
-    """The folder holds only empty files and empty folders (what a dead bwrap stage leaves)."""
-    try:
-        for entry in os.scandir(folder):
-            st = entry.stat(follow_symlinks=False)
-            if stat.S_ISDIR(st.st_mode):
-                if any(os.scandir(entry.path)):
-                    return False
-            elif not stat.S_ISREG(st.st_mode) or st.st_size:
-                return False
-    except OSError:
-        return False
-    return True
 
 
 def sweep_scratch(out: Path) -> list[Path]:
@@ -74,43 +33,12 @@ def sweep_scratch(out: Path) -> list[Path]:
     except OSError:
         return removed
     for folder in candidates:
-        if owner_gone(folder.name):
+        if sandbox_leftovers.owner_gone(folder.name, SCRATCH_PREFIX):
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed
-
-
-def sweep_stages(tmp: Path | None = None) -> list[Path]:
-    """Remove bwrap stages (when empty) and docker slots' folders under the temporary folder whose
-    launcher is gone."""
-    removed: list[Path] = []
-    root = Path(tmp or tempfile.gettempdir())
-    try:
-        candidates = [p for prefix in (STAGE_PREFIX, SLOT_PREFIX) for p in root.glob(f"{prefix}*")
-                      if p.is_dir() and not p.is_symlink()]
-    except OSError:
-        return removed
-    for folder in candidates:
-        slot = folder.name.startswith(SLOT_PREFIX)
-        if _OWNER.match(folder.name) and owner_gone(folder.name) and (slot or _only_empty_entries(folder)):
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
-    return removed
-
-
-def sweep_cgroups() -> None:
-    """Remove the empty worker cgroups of processes that are gone (src/lumen_ex/sandbox/cgroups.py)."""
-    try:
-        for controller in ("", "pids", "memory"):
-            parent = limits._parent(controller)      # noqa: SLF001  where workers' cgroups are made
-            if parent.is_dir():
-                limits._sweep_stale(parent)          # noqa: SLF001
-    except Exception:  # noqa: BLE001  nothing to sweep where there are no cgroups of ours
-        pass
 
 
 def sweep(out: Path) -> list[Path]:
     """Everything above; the folders removed."""
-    removed = sweep_scratch(out) + sweep_stages()
-    sweep_cgroups()
-    return removed
+    return sweep_scratch(out) + sandbox_leftovers.sweep()

@@ -371,6 +371,11 @@ def main(argv: list[str]) -> int:
     server = CheckServer(key, Path(workspace), sandbox, device, folder)
     if not server.bind():
         return 0                                        # another server of this key runs
+    from lumen_ex.sandbox import leftovers  # the server's own imports, not its client's
+
+    # What a server or grading run killed with SIGKILL left of its sandboxes (src/lumen_ex/sandbox/leftovers.py)
+    for path in leftovers.sweep():
+        log(f"removed {path.name}, left by a process that is gone")
     try:
         idle = float(os.environ.get(IDLE_ENV, "") or IDLE_S)
     except ValueError:

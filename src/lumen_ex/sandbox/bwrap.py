@@ -157,7 +157,7 @@ class _Binds:
     def __init__(self, staged: bool):
         self.staged = staged
         self.pairs: list[tuple[str, str]] = []
-        # the pid in the name lets the next run remove a stage left by a kill -9 (src/lumen_ex/classroom/leftovers.py)
+        # the pid in the name lets the next run remove a stage left by a kill -9 (src/lumen_ex/sandbox/leftovers.py)
         self.stage = tempfile.mkdtemp(prefix=f"lumen-ex-stage-{os.getpid()}-") if staged else ""
         if staged:
             os.chmod(self.stage, 0o755)

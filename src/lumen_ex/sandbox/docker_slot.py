@@ -102,7 +102,7 @@ def slot_zygote(image: str, spec: WorkerSpec) -> Zygote:
     """Start one slot; its zygote connects back once it has imported torch (Zygote.wait_ready)."""
     name = f"{docker.NAME_PREFIX}slot-{uuid.uuid4().hex[:16]}"
     # 0700, ours: nobody else may reach in; the pid lets the next run remove it after a kill -9
-    # (src/lumen_ex/classroom/leftovers.py)
+    # (src/lumen_ex/sandbox/leftovers.py)
     scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
     control = scratch / "control"
     control.mkdir()
