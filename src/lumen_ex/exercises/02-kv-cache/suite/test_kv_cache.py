@@ -47,7 +47,7 @@ DTYPE_SIZES = {"T": 4, "d_head": 12, "d_model": 29}
 COST_SIZES = {"B": 1, "n_heads": 4, "n_kv_heads": 2, "d_head": 3, "d_model": 5}
 COST_T = 128
 MAX_GROWTH = 5.0
-# The work counter runs in the learner's process (src/lumen_ex/sandbox/inside/worker.py), which can patch it: it is a
+# The work counter runs in the learner's process (src/lumen_ex/sandbox/inside/work_counter.py), which can patch it: it is a
 # hint that can only fail a step. The proof is the grader's own clock: one step at a long cache,
 # timed from outside the worker. A linear step takes milliseconds there, even on a loaded machine;
 # an O(T^2) one cannot allocate its T x T scores (B * H * T^2 floats: 17 GB) or finish its T^2 / 2

@@ -54,11 +54,16 @@ DTYPE_SIZES = {"d_k": 16, "d_v": 4}
 HIGH_SCORE, LOW_SCORE = 120.0, -150.0
 EXTREME_TOL = Tolerance(1e-3, 1e-3)
 
-# Memory: one non-causal call at each length, block_size 256, measured by the harness. Linear code
-# holds a few block_size x block_size tiles (a few MiB here; all query rows against one key block,
-# 8 MiB); one (L, L) float32 score matrix is 256 MiB at L = 8192, so the budget is half of one.
+# Memory: calls at two lengths (non-causal at both, causal at the longer), block_size 256, measured
+# by the harness; the budget at length L is half of one (L, L) float32 matrix (32 MiB at L = 4096).
+# Linear code holds a few block_size x block_size tiles (a few MiB; all query rows against one key
+# block, 4 MiB at L = 4096). The proof is made at L = 4096 first; a call over the budget there is
+# measured again at L = 8192 (four times the work), where what every measurement carries besides the
+# call (torch's code pages, the allocator's arenas: up to ~16 MiB through /proc) weighs a quarter as
+# much against the budget, and that verdict stands. A linear file pays the short proof only.
 # (block_size 256 rather than 128: a quarter of the learner's loop iterations, the same proof.)
-MEMORY_LENGTHS = (4096, 8192)
+MEMORY_LENGTHS = (2048, 4096)
+CONFIRM_LENGTHS = (4096, 8192)
 MEMORY_BLOCK = 256
 MEMORY_SIZES = {"B": 1, "H": 1, "d_k": 16, "d_v": 8}
 MIB = 2**20
@@ -67,10 +72,10 @@ SAMPLED_ROWS = 48     # the query rows whose values a long call is checked on (d
 # (block_size 128: all query rows against one key block stay an eighth of it).
 COUNTED_L, COUNTED_BLOCK = 2048, 128
 SHORT_L = 256         # the values at this length are checked first (a wrong file fails fast)
-# Cost: L = 512 in 16 blocks of 32; causal visits 136 of the 256 key blocks (53%), a little more
-# with the masking of the diagonal blocks. Computing every block and masking the future costs more
+# Cost: L = 512 in 8 blocks of 64; causal visits 36 of the 64 key blocks (56%), a little more with
+# the masking of the diagonal blocks. Computing every block and masking the future costs more
 # than the non-causal call.
-COST_L, COST_BLOCK, MAX_CAUSAL_SHARE = 512, 32, 0.85
+COST_L, COST_BLOCK, MAX_CAUSAL_SHARE = 512, 64, 0.85
 COST_SIZES = {"B": 1, "H": 1, "d_k": 8, "d_v": 6}
 
 
@@ -404,7 +409,8 @@ def _memory_failure(summary: str, **fields) -> CheckFailed:
     return fail("property", summary, hint=QUADRATIC_HINT, misconception="quadratic-memory", **fields)
 
 
-def check_rows(submission, case, rows: torch.Tensor, *, causal: bool, device: str, **options):
+def check_rows(submission, case, rows: torch.Tensor, *, causal: bool, device: str, block_size=MEMORY_BLOCK,
+               **options):
     """A long call: both shapes in full, then dtypes, devices and the values of the query ``rows``
     against the float64 reference of those rows alone (the whole reference would cost the grader
     seconds at L = 8192). The rows are drawn from the test's seed: code cannot know which they are."""
@@ -414,7 +420,7 @@ def check_rows(submission, case, rows: torch.Tensor, *, causal: bool, device: st
     if causal:
         scores = scores.masked_fill(torch.arange(L_k)[None, :] > (rows + L_k - L_q)[:, None], float("-inf"))
     exp_out, exp_lse = torch.softmax(scores, dim=-1) @ case.v, torch.logsumexp(scores, dim=-1)
-    result, (out, lse) = flash(submission, case, causal=causal, block_size=MEMORY_BLOCK, device=device, **options)
+    result, (out, lse) = flash(submission, case, causal=causal, block_size=block_size, device=device, **options)
     sizes = axis_sizes(case)
     out, lse = expect.is_tensor(out, "output"), expect.is_tensor(lse, "lse")
     expect.shape(out, (*case.q.shape[:-1], case.sizes["d_v"]), what="output", axes=case.axes("L_q", "d_v"), sizes=sizes)
@@ -465,10 +471,10 @@ def test_memory_linear_in_length(submission, seed):
     # loaded (torch's meta kernels, a CUDA context); and the harness measures host memory.
     submission.fresh_worker()
     # 1. The work counter (the worker's: a hint that can only fail): no intermediate of O(L^2) elements,
-    #    scores or mask, at a length where that is cheap to see.
+    #    scores or mask, at a length where that is cheap to see (values on sampled rows, as below).
     case = _long_case(seed, COUNTED_L)
-    result = check_flash(submission, case, causal=True, block_size=COUNTED_BLOCK, device=device,
-                         tol=Tolerance(1e-4, 1e-4), named=False, count_ops=True)
+    result = check_rows(submission, case, _sampled_rows(seed, COUNTED_L), causal=True, device=device,
+                        block_size=COUNTED_BLOCK, count_ops=True)
     ops = result.ops or {}
     largest, shape = int(ops.get("largest", 0)), list(ops.get("largest_shape") or [])
     if largest >= COUNTED_L * COUNTED_L // 4:
@@ -480,23 +486,20 @@ def test_memory_linear_in_length(submission, seed):
     # 2. The proof, from the harness's side: the peak memory of the worker (every process it forks
     #    included) over each call, beyond what it held at start (src/lumen_ex/harness/memory.py).
     #    The shorter length is measured for the growth it shows; the budget holds at the longer one.
-    short, L = MEMORY_LENGTHS
-    rows = lambda n: torch.randperm(n, generator=inputs.generator(seed))[:SAMPLED_ROWS].sort().values   # noqa: E731
-    used = {"short": _measured(submission, _long_case(seed, short), short, rows(short), device, causal=False),
-            "long": _measured(submission, _long_case(seed, L), L, rows(L), device, causal=False),
-            "causal": _measured(submission, _long_case(seed, L), L, rows(L), device, causal=True)}
+    #    Over the budget at L = 4096, the same calls at (4096, 8192) decide (see MEMORY_LENGTHS).
+    used = _memory_readings(submission, seed, MEMORY_LENGTHS, device)
+    over = _over_budget(used, MEMORY_LENGTHS[1])
+    lengths = MEMORY_LENGTHS
+    if over:
+        lengths = CONFIRM_LENGTHS
+        used = _memory_readings(submission, seed, lengths, device, short_use=used["long"])
+        over = _over_budget(used, lengths[1])
+    short, L = lengths
     budget = L * L * 4 // 2
     readings = {k: (u.to_dict() if u is not None else None) for k, u in used.items()}
-    if any(u is None or u.extra_bytes is None for u in used.values()):   # fail closed: never a silent pass
-        raise fail("grader", "the grader could not measure your code's memory here: the worker has no memory "
-                   "cgroup and its processes could not be read from /proc", details={"readings": readings},
-                   hint="This is the grading machine's limit, not your code's: grade as root (a cgroup per "
-                        "worker) or where /proc is readable. Nothing was scored for memory.")
     growth = used["long"].extra_bytes / max(used["short"].extra_bytes, 1)
-    for key in ("long", "causal"):
+    for key in over:
         use, at = used[key], f"at L = {L}" + (" with causal=True" if key == "causal" else "")
-        if use.extra_bytes <= budget:
-            continue
         if not use.exact:
             raise fail("grader", f"{at} the grader could only bound your code's memory from above "
                        f"({use.extra_mib:.0f} MiB, {use.mechanism}), and the bound is over the budget",
@@ -509,10 +512,43 @@ def test_memory_linear_in_length(submission, seed):
             expected=f"at most {budget // MIB} MiB", got=round(use.extra_mib, 1),
             details={"readings": readings, "growth_from_half_length": round(growth, 2)})
     use = used["long"]
-    # The note names how memory was measured and the bound it met, never the measured numbers: a
-    # result is a function of the file and the seed, and the numbers move by a few percent each run.
-    note(f"memory measured by the grader ({use.mechanism}): within {budget // MIB} MiB at L = {short} "
-         f"and L = {L}")
+    # The note names how memory was measured and the bound it met, never the measured numbers nor
+    # the lengths that decided: a result is a function of the file and the seed, and the numbers move
+    # by a few percent each run (a file near the budget at L = 4096 is decided at 8192 on some runs).
+    (_, first), (_, confirm) = MEMORY_LENGTHS, CONFIRM_LENGTHS
+    note(f"memory measured by the grader ({use.mechanism}): within half of one L x L float32 matrix "
+         f"({first * first * 2 // MIB} MiB at L = {first}, or {confirm * confirm * 2 // MIB} MiB at L = {confirm} "
+         f"where L = {first} is too close to tell)")
+
+
+def _memory_readings(submission, seed: int, lengths: tuple[int, int], device: str, short_use=None) -> dict:
+    """The harness's MemoryUse of three calls: non-causal at both lengths, causal at the longer one
+    (``short_use``: the shorter length's, measured already). Fails closed (a grader error, never a
+    pass) when nothing could measure one of them."""
+    short, L = lengths
+    if short_use is None:
+        short_use = _measured(submission, _long_case(seed, short), short, _sampled_rows(seed, short), device, causal=False)
+    rows = _sampled_rows(seed, L)
+    used = {"short": short_use,
+            "long": _measured(submission, _long_case(seed, L), L, rows, device, causal=False),
+            "causal": _measured(submission, _long_case(seed, L), L, rows, device, causal=True)}
+    if any(u is None or u.extra_bytes is None for u in used.values()):   # fail closed: never a silent pass
+        readings = {k: (u.to_dict() if u is not None else None) for k, u in used.items()}
+        raise fail("grader", "the grader could not measure your code's memory here: the worker has no memory "
+                   "cgroup and its processes could not be read from /proc", details={"readings": readings},
+                   hint="This is the grading machine's limit, not your code's: grade as root (a cgroup per "
+                        "worker) or where /proc is readable. Nothing was scored for memory.")
+    return used
+
+
+def _sampled_rows(seed: int, L: int) -> torch.Tensor:
+    """SAMPLED_ROWS query rows of L, drawn from the seed, sorted."""
+    return torch.randperm(L, generator=inputs.generator(seed))[:SAMPLED_ROWS].sort().values
+
+
+def _over_budget(used: dict, L: int) -> list[str]:
+    """The calls at length ``L`` ("long", "causal") that used more than half an (L, L) float32 matrix."""
+    return [key for key in ("long", "causal") if used[key].extra_bytes > L * L * 4 // 2]
 
 
 # -------------------------------------------------------------------------------------------------
