@@ -80,7 +80,7 @@ def grade_file(job: Job, workspace: Path, launched, launcher, seeds) -> list[dic
     each next seed's worker is launched while this one grades, to overlap its start-up)."""
     from lumen_ex.authoring.report import verdict
     from lumen_ex.core import catalog
-    from lumen_ex.harness.check import check_here, worker_spec
+    from lumen_ex.harness.check import CheckOptions, check_here, worker_spec
 
     ex = catalog.load().find(job.exercise)
     learner_file = workspace / ex.dir / ex.file
@@ -92,7 +92,7 @@ def grade_file(job: Job, workspace: Path, launched, launcher, seeds) -> list[dic
                                    if i + 1 < len(seeds) else None)
             started = time.monotonic()
             result = check_here(ex, workspace, learner_file, launcher, seed=seed, device="cpu",
-                                select=job.select, first=first, lean=True)
+                                options=CheckOptions(select=job.select, first=first, lean=True))
             out.append({"seed": seed, "seconds": round(time.monotonic() - started, 3), **verdict(result)})
     finally:
         if ahead is not None:

@@ -31,11 +31,14 @@ import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from lumen_ex.core.limits import Limits
 from lumen_ex.core.results import CheckFailed
+from lumen_ex.harness import wire_replies
 from lumen_ex.harness.client import LearnerError, WorkerFailure, WorkerPool, WorkerProtocolError
 from lumen_ex.harness.proxy import LearnerModule
 from lumen_ex.sandbox.base import WorkerSpec
-from lumen_ex.sandbox.inside import wire
+from lumen_ex.sandbox.cgroups import Enforcement
+from lumen_ex.sandbox.inside import wire, wire_decode
 
 FUZZ = settings(max_examples=300, deadline=1500, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -68,6 +71,8 @@ GOOD_CALL = frame({"id": 2, "ok": True, "elapsed": 0.0, "result": 1})
 
 
 class _Proc:
+    pid = 0     # no such process: the harness's memory baseline finds no process tree to read
+
     def wait(self, timeout=None):
         return 0
 
@@ -87,6 +92,7 @@ class FakeLaunched:
         self.request_fd = os.open(os.devnull, os.O_WRONLY)
         self.output_fd = os.open(os.devnull, os.O_RDONLY)
         self.proc, self.limits, self.module_path = _Proc(), {}, "/module"
+        self.enforcement = Enforcement(Limits(), cgroup=None)   # no cgroup: nothing for the memory baseline
         self._closed = False
 
     def alive(self) -> bool:
@@ -293,7 +299,7 @@ def test_mutated_load_replies(table, ok, error):
         for fn in FUNCTIONS:   # the fields a hidden test reads (src/lumen_ex/graders/support/expect.py signature)
             sig = sub.signature(fn)
             assert sig is None or (type(sig["callable"]) is bool and (
-                sig["params"] is None or all(type(p["name"]) is str and p["kind"] in wire.PARAM_KINDS
+                sig["params"] is None or all(type(p["name"]) is str and p["kind"] in wire_replies.PARAM_KINDS
                                              for p in sig["params"])))
     except ALLOWED:
         pass
@@ -346,7 +352,7 @@ def test_unpack_raises_only_protocol_errors(value, n):
 def test_specs_accepted_are_buildable(spec):
     """A spec the parser accepts always builds, within the size cap, without touching torch's limits."""
     try:
-        dtype, dims, nbytes = wire._check_spec(spec)
+        dtype, dims, nbytes = wire_decode._check_spec(spec)
     except wire.ProtocolError:
         return
     assert nbytes <= wire.MAX_TENSOR_BYTES

@@ -19,7 +19,7 @@ from lumen_ex.core.results import Diagnosis, Status, summarise_misconceptions
 from lumen_ex.core.results import TestResult as Result  # not collected as a test class
 from lumen_ex.graders.support import expect
 from lumen_ex.harness.proxy import _annotator
-from lumen_ex.sandbox.inside import wire
+from lumen_ex.sandbox.inside import wire, wire_decode
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,7 +47,7 @@ def test_a_meta_tensor_crosses_the_pipe_as_shape_and_dtype():
 def test_a_meta_spec_carries_no_bytes():
     spec = {"dtype": "float32", "shape": [2], "nbytes": 8, "device": "meta"}
     with pytest.raises(wire.ProtocolError):
-        wire._check_spec(spec)
+        wire_decode._check_spec(spec)
 
 
 def test_a_meta_device_tag_is_checked_against_the_data():

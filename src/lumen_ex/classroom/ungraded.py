@@ -11,7 +11,6 @@ the one shape of such a record:
 
 from __future__ import annotations
 
-from lumen_ex.core import catalog as catalog_mod
 from lumen_ex.core.catalog import Exercise
 from lumen_ex.core.results import (
     Diagnosis,
@@ -19,14 +18,10 @@ from lumen_ex.core.results import (
     SandboxInfo,
     Status,
     TestResult,
-    base_versions,
+    catalog_versions,
     grader_error,
     not_graded,
 )
-
-
-def _versions() -> dict[str, str]:
-    return {**base_versions(), "catalog": catalog_mod.load().version}
 
 
 def submission_result(ex: Exercise, reason: str, *, status: Status, sandbox: SandboxInfo, device: str,
@@ -38,7 +33,7 @@ def submission_result(ex: Exercise, reason: str, *, status: Status, sandbox: San
                       max_score=ex.max_score, message=reason,
                       diagnosis=Diagnosis("missing", reason, hint=f"Submit your file as {ex.path}."))
     return not_graded(ex.summary(), test, status=status, max_score=ex.max_score, sandbox=sandbox, device=device,
-                      seed=seed, versions=_versions())
+                      seed=seed, versions=catalog_versions())
 
 
 def unpreparable_result(ex: Exercise, refused: str, missing: dict[str, str], *, sandbox: SandboxInfo,
@@ -57,5 +52,4 @@ def unpreparable_result(ex: Exercise, refused: str, missing: dict[str, str], *, 
 def grader_error_result(ex: Exercise, reason: str, *, sandbox: SandboxInfo, device: str, seed: int,
                         duration: float = 0.0) -> RunResult:
     """The document of a check whose grading process died or hung: status ``error``, the reason."""
-    return grader_error(ex.summary(), reason, sandbox=sandbox, device=device, seed=seed, duration=duration,
-                        versions=_versions())
+    return grader_error(ex.summary(), reason, sandbox=sandbox, device=device, seed=seed, duration=duration)

@@ -9,8 +9,10 @@ problem with a fix; ``lumen-ex dev check`` runs it and then grades the stub, the
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from lumen_ex.core import forbidden as forbidden_apis
 from lumen_ex.core.errors import CatalogError, UnknownExercise
@@ -90,7 +92,7 @@ class Exercise:
     def max_score(self) -> float:
         return sum(self.points.values())
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         return {"number": self.number, "slug": self.slug, "title": self.title}
 
 
@@ -135,7 +137,7 @@ def exercises_root() -> Path:
     return builtin_root()
 
 
-def load(environ=None) -> Catalog:
+def load(environ: Mapping[str, str] | None = None) -> Catalog:
     """Every exercise of the packs in use (core/packs.py: LUMEN_EX_PATH, then the built-in pack),
     sorted by number; numbers and slugs must be unique across them."""
     return from_packs(discover(environ))
@@ -143,7 +145,7 @@ def load(environ=None) -> Catalog:
 
 def from_packs(packs: list[Pack]) -> Catalog:
     exercises = sorted((ex for pack in packs for ex in pack_exercises(pack)), key=lambda ex: ex.number)
-    seen: dict = {}
+    seen: dict[int | str, Exercise] = {}
     for ex in exercises:
         for key in (ex.number, ex.slug):
             if key in seen:
@@ -176,7 +178,7 @@ def pack_exercises(pack: Pack) -> list[Exercise]:
     return out
 
 
-def _exercise(entry: dict, folder: str, pack: Pack) -> Exercise:
+def _exercise(entry: dict[str, Any], folder: str, pack: Pack) -> Exercise:
     times = entry.get("limits", {})
     return Exercise(
         number=int(entry["number"]),

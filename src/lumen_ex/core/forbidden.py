@@ -27,7 +27,9 @@ that lists only ``forbidden = ["torch.nn.functional.softmax"]`` still has ``aten
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
 KERNEL = re.compile(r"^[a-z_][a-z0-9_]*::[A-Za-z_]\w*(\.[A-Za-z_]\w*)?$")
@@ -61,22 +63,23 @@ class ForbiddenAPI:
         names += [k.partition("::")[2].partition(".")[0] for k in self.kernels]
         return tuple(dict.fromkeys(names))
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> dict[str, str | list[str]]:
         """What the worker is told (src/lumen_ex/sandbox/inside/forbid.py reads it)."""
         return {"api": self.name, "names": list(self.python_names), "kernels": list(self.operators())}
 
 
-def read(listed, exercise_tables, pack_tables) -> tuple[ForbiddenAPI, ...]:
+def read(listed: Iterable[object] | None, exercise_tables: Mapping[str, Any] | None,
+         pack_tables: Mapping[str, Any] | None) -> tuple[ForbiddenAPI, ...]:
     """The forbidden APIs of one exercise: those ``listed`` in its exercise.toml and those its own
     ``forbidden_api`` tables describe, each described by the exercise's table, else the pack's.
     Raises ValueError (or TypeError) on a malformed table: the catalogue blames the pack for it."""
-    listed = [str(name) for name in listed or ()]
+    wanted = [str(name) for name in listed or ()]
     exercise_tables, pack_tables = dict(exercise_tables or {}), dict(pack_tables or {})
-    names = list(dict.fromkeys([*listed, *exercise_tables]))
+    names = list(dict.fromkeys([*wanted, *exercise_tables]))
     return tuple(_one(name, exercise_tables.get(name, pack_tables.get(name, {}))) for name in names)
 
 
-def _one(name: str, table: dict) -> ForbiddenAPI:
+def _one(name: str, table: object) -> ForbiddenAPI:
     if not isinstance(table, dict):
         raise TypeError(f"forbidden_api.{name!r} must be a table")
     unknown = sorted(set(table) - set(FIELDS))
@@ -107,7 +110,7 @@ def problems(api: ForbiddenAPI) -> list[str]:
     return found
 
 
-def attribute_names(apis) -> dict[str, str]:
+def attribute_names(apis: Iterable[ForbiddenAPI]) -> dict[str, str]:
     """Every attribute name that reaches a forbidden API -> the API's dotted name: an API's own name
     names it; another name, the first API that lists it."""
     apis = list(apis)
@@ -118,6 +121,6 @@ def attribute_names(apis) -> dict[str, str]:
     return found
 
 
-def as_apis(forbidden) -> tuple[ForbiddenAPI, ...]:
+def as_apis(forbidden: Iterable[ForbiddenAPI | str]) -> tuple[ForbiddenAPI, ...]:
     """``forbidden`` as ForbiddenAPI values (a plain dotted string is an API described by its name alone)."""
     return tuple(f if isinstance(f, ForbiddenAPI) else ForbiddenAPI(str(f)) for f in forbidden)

@@ -20,9 +20,11 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from lumen_ex.core.errors import CatalogError
 
@@ -46,7 +48,7 @@ class Pack:
     folders: tuple[str, ...]
     builtin: bool = False
     # dotted API -> its [forbidden_api."..."] table: what it is built on (src/lumen_ex/core/forbidden.py)
-    forbidden_apis: dict = field(default_factory=dict, compare=False)
+    forbidden_apis: dict[str, Any] = field(default_factory=dict, compare=False)
     # which exercises `lumen-ex init` puts in a workspace ("own": this pack's; others by slug or number);
     # empty: every exercise in use (core/catalog.py for_workspace)
     workspace: tuple[str, ...] = field(default=(), compare=False)
@@ -65,13 +67,13 @@ def installed_root() -> Path:
     return builtin_root().parent / "packs"
 
 
-def search_path(environ=None) -> list[Path]:
+def search_path(environ: Mapping[str, str] | None = None) -> list[Path]:
     """The pack folders named by LUMEN_EX_PATH, in order (empty entries ignored)."""
     value = (os.environ if environ is None else environ).get(PATH_ENV, "")
     return [Path(part).expanduser() for part in value.split(os.pathsep) if part.strip()]
 
 
-def add_to_path(folders) -> None:
+def add_to_path(folders: Iterable[str | os.PathLike[str]]) -> None:
     """Put ``folders`` (``--exercises DIR``) in front of LUMEN_EX_PATH, for this process and every
     lumen-ex process it starts (they inherit the environment, core/trusted.py)."""
     new = [str(Path(f).expanduser().resolve()) for f in folders]
@@ -79,7 +81,7 @@ def add_to_path(folders) -> None:
     os.environ[PATH_ENV] = os.pathsep.join(dict.fromkeys([*new, *old]))
 
 
-def read_toml(path: Path, what: str) -> dict:
+def read_toml(path: Path, what: str) -> dict[str, Any]:
     """A manifest, read with a size cap; a CatalogError that names the file otherwise."""
     try:
         with open(path, "rb") as f:
@@ -120,7 +122,7 @@ def read_pack(root: Path, *, builtin: bool = False) -> Pack:
                 tuple(str(w) for w in workspace))
 
 
-def discover(environ=None) -> list[Pack]:
+def discover(environ: Mapping[str, str] | None = None) -> list[Pack]:
     """The packs lumen-ex grades with, in order: LUMEN_EX_PATH's, then the built-in one; a pack whose
     name was already taken is left out (a course's copy of the built-in pack replaces it)."""
     packs: list[Pack] = []
@@ -136,14 +138,14 @@ def discover(environ=None) -> list[Pack]:
     return list(kept.values())
 
 
-def extra_packs(environ=None) -> list[Pack]:
+def extra_packs(environ: Mapping[str, str] | None = None) -> list[Pack]:
     """The packs in use other than the built-in one and those installed in lumen_ex/packs: what
     ``lumen-ex image build`` puts into the grader image."""
     installed = installed_root()
     return [p for p in discover(environ) if not p.builtin and not p.root.is_relative_to(installed)]
 
 
-def pack_roots(environ=None) -> list[Path]:
+def pack_roots(environ: Mapping[str, str] | None = None) -> list[Path]:
     """Every pack folder in use, for the sandbox to hide (hidden suites, references, corpora)."""
     try:
         return [p.root for p in discover(environ)]

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 SCHEMA_VERSION = "1"
 
@@ -57,7 +58,7 @@ DETAIL_KINDS = ("dtype", "device")                            # a detail beside 
 CAUSES_OTHERS = ("dtype-downcast",)
 
 
-def explanatory_rank(status: str, kind: str | None, misconception: str | None) -> int:
+def explanatory_rank(status: str | None, kind: str | None, misconception: str | None) -> int:
     """0 the contract itself (the file, the call, a hang), 1 a side effect on the caller's tensors
     (it spoils what other tests see), 2 a named mistake (a dtype detail only when it causes others),
     3 a shape or an exception the learner's code raised (one is often the other's consequence: a
@@ -74,7 +75,10 @@ def explanatory_rank(status: str, kind: str | None, misconception: str | None) -
     return {"shape": 3, "exception": 3, "property": 5, "nonfinite": 5}.get(kind, 6)
 
 
-def most_explanatory(tests: list, key) -> Any:
+_T = TypeVar("_T")
+
+
+def most_explanatory(tests: Iterable[_T], key: Callable[[_T], tuple[str | None, str | None, str | None]]) -> _T | None:
     """The failed test of ``tests`` that explains the most (:func:`explanatory_rank`), or None;
     ``key(test)`` gives its (status, kind, misconception)."""
     best, best_rank = None, None
@@ -307,6 +311,14 @@ def base_versions() -> dict[str, str]:
     return {"lumen_ex": __version__, "python": platform.python_version()}
 
 
+def catalog_versions() -> dict[str, str]:
+    """:func:`base_versions` and the version of the catalogue in use (src/lumen_ex/core/catalog.py):
+    what a record made without the hidden suite's run names (one that ran it names torch too)."""
+    from lumen_ex.core import catalog  # lazy: loading it reads the packs
+
+    return {**base_versions(), "catalog": catalog.load().version}
+
+
 def join_notes(*notes: str) -> str:
     """Notes about a run's sandbox (the launcher's own, a warning, why a backend was not used), in
     order, the empty ones left out: the one way a record's ``sandbox.note`` is put together."""
@@ -332,10 +344,17 @@ def not_graded(exercise: dict[str, Any], row: TestResult, *, status: Status, san
 
 
 def grader_error(exercise: dict[str, Any], message: str, *, sandbox: SandboxInfo, device: str, seed: int,
-                 duration: float = 0.0, versions: dict[str, str] | None = None) -> RunResult:
+                 duration: float = 0.0) -> RunResult:
     """The record of a check the grader could not finish: status ``error``, one test ("the grader
-    ran") that says why. Nothing about the learner's code is claimed."""
+    ran") that says why. Nothing about the learner's code is claimed. It is the only maker of such
+    records (the host's, a grading process's, the docker backend's, the grader image's), and names
+    the catalogue's version like every other record (:func:`catalog_versions`), unless the
+    catalogue itself cannot be loaded: it may be what failed."""
     test = TestResult("grader", "the grader ran", "grader", Status.ERROR, message=message,
                       diagnosis=Diagnosis("grader", message))
+    try:
+        versions = catalog_versions()
+    except Exception:  # noqa: BLE001  the catalogue may be what failed: the record names what it can
+        versions = base_versions()
     return not_graded(exercise, test, status=Status.ERROR, sandbox=sandbox, device=device, seed=seed,
                       duration=duration, versions=versions)

@@ -11,6 +11,7 @@ format (JSON, JUnit, Gradescope, GitHub, PrairieLearn, the gradebook) shows numb
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from decimal import Decimal
 from fractions import Fraction
 
@@ -37,6 +38,6 @@ def share(total_units: int, parts: int) -> list[int]:
     return [base + (1 if i < left else 0) for i in range(parts)]
 
 
-def total(values) -> float:
+def total(values: Iterable[float]) -> float:
     """The exact sum of scores that each have at most two decimals (a record's, a row's)."""
     return from_units(sum(to_units(v) for v in values))

@@ -37,7 +37,7 @@ class Snapshot:
     data: bytes
     sha256: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, str | int]:
         return {"file": self.name, "sha256": self.sha256, "bytes": len(self.data)}
 
 

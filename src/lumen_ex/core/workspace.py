@@ -14,7 +14,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lumen_ex.core.atomic import write_atomically
 from lumen_ex.core.catalog import Catalog, Exercise, exercises_root
@@ -82,14 +82,14 @@ class Workspace:
     def _state_file(self) -> Path:
         return self.root / STATE_DIR / "progress.json"
 
-    def progress(self) -> dict:
+    def progress(self) -> dict[str, Any]:
         try:
             data = json.loads(self._state_file.read_text())
             return data if isinstance(data, dict) else {}
         except (OSError, ValueError):
             return {}
 
-    def _save(self, data: dict) -> None:
+    def _save(self, data: dict[str, Any]) -> None:
         write_atomically(self._state_file, json.dumps(data, indent=2))
 
     def record_check(self, slug: str, status: str, score: float, max_score: float,

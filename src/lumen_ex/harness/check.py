@@ -6,11 +6,11 @@ torch or pytest, so the two torch imports (the worker's and the harness's) overl
 
 from __future__ import annotations
 
-import functools
 import platform
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from lumen_ex import __version__
 from lumen_ex.core import catalog as catalog_mod
@@ -24,13 +24,51 @@ from lumen_ex.core.results import (
     SandboxInfo,
     Status,
     TestResult,
-    base_versions,
+    catalog_versions,
     join_notes,
     not_graded,
 )
 from lumen_ex.core.workspace import Workspace
-from lumen_ex.sandbox.base import Backend, Launcher, WorkerSpec
+from lumen_ex.sandbox.base import Backend, CheckHere, Launched, Launcher, WorkerSpec
 from lumen_ex.sandbox.select import select_backend
+
+if TYPE_CHECKING:   # for annotations only: they import torch (see the module docstring)
+    from lumen_ex.harness.client import Worker, WorkerPool
+    from lumen_ex.harness.runner import SuiteOutcome
+
+
+class RunTests(Protocol):
+    """What runs a check's hidden suite against its worker pool and returns run_suite's (results,
+    collection errors): :func:`fresh_session`, unless the check is given another (a grading
+    process's kept sessions, src/lumen_ex/harness/kept_session.py; watch mode's session collected
+    in advance, src/lumen_ex/learner/watch_session.py)."""
+
+    def __call__(self, ex: Exercise, pool: WorkerPool, learner_file: Path, *, seed: int, device: str,
+                 select: str | None, lean: bool) -> SuiteOutcome: ...
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """What :func:`check_here` may be given beyond the exercise, the files, the launcher, the seed
+    and the device; each has the default of a plain check.
+
+    ``select``: only the tests matching this pytest ``-k`` expression.
+    ``started``: when the check began (time.monotonic(); None: now), for its duration and run deadline.
+    ``warning``: a note about the sandbox, added to the record's ``sandbox.note``.
+    ``first``: a worker already launched for this check (a ``Launched``, or a ``harness.client.Worker``
+    whose hello may already have been read), used instead of launching one; ``lumen-ex watch``
+    keeps one ready between saves (src/lumen_ex/learner/prewarm.py). It is killed when the check ends.
+    ``lean``: run pytest without the plugins no suite needs (src/lumen_ex/harness/runner.py LEAN_DISABLED);
+    every check does, the same whoever asks for it, so that every way of grading gives the same verdicts.
+    ``run_tests``: called instead of :func:`fresh_session` with the same arguments (see :class:`RunTests`).
+    """
+
+    select: str | None = None
+    started: float | None = None
+    warning: str = ""
+    first: Launched | Worker | None = None
+    lean: bool = True
+    run_tests: RunTests | None = None
 
 
 def worker_spec(ex: Exercise, workspace: Path, learner_file: Path, device: str, *, warm: bool = False) -> WorkerSpec:
@@ -44,14 +82,14 @@ def worker_spec(ex: Exercise, workspace: Path, learner_file: Path, device: str, 
 def run_check(exercise: str | int, *, workspace: Path | None = None, sandbox: str = "auto",
               seed: int | None = None, device: str = "auto", record: bool = True,
               select: str | None = None, launcher: Backend | None = None, note: str = "",
-              run_tests=None) -> RunResult:
+              run_tests: RunTests | None = None) -> RunResult:
     """Grade ``exercise`` in ``workspace`` (found from the current folder when None).
 
     ``launcher`` overrides ``sandbox``: the grader image's entry point passes the launcher that
     starts workers as the container's worker user (src/lumen_ex/sandbox/container.py), and
     ``lumen-ex check`` the backend it has chosen already with ``note``, the warning that choice
     gave (src/lumen_ex/cli/warm.py).
-    ``run_tests``: as for :func:`check_here` (a grading process passes its kept pytest sessions,
+    ``run_tests``: as in :class:`CheckOptions` (a grading process passes its kept pytest sessions,
     src/lumen_ex/harness/kept_session.py).
     """
     started = time.monotonic()
@@ -66,7 +104,7 @@ def run_check(exercise: str | int, *, workspace: Path | None = None, sandbox: st
     if backend is None:
         backend, warning = select_backend(sandbox)
     result = backend.run_check(ex, ws.root, learner_file, seed=seed, device=device, select=select, note=warning,
-                               check_here=functools.partial(check_here, started=started, run_tests=run_tests))
+                               check_here=_check_here_for(started, run_tests))
     if record and result.status is not Status.ERROR:
         try:
             ws.record_result(ex.slug, result)
@@ -76,20 +114,25 @@ def run_check(exercise: str | int, *, workspace: Path | None = None, sandbox: st
     return result
 
 
-def check_here(ex: Exercise, workspace: Path, learner_file: Path, launcher: Launcher, *, seed: int, device: str,
-          select: str | None = None, started: float | None = None, warning: str = "",
-          first=None, lean: bool = True, run_tests=None) -> RunResult:
-    """Run the hidden suite of ``ex`` in this process against workers started by ``launcher``.
+def _check_here_for(started: float, run_tests: RunTests | None) -> CheckHere:
+    """:func:`check_here` as a backend calls it (src/lumen_ex/sandbox/base.py ``Launcher.run_check``:
+    the sandbox layer, below this one, passes ``select`` and its note as keywords of their own)."""
 
-    ``first``: a worker already launched for this check (a ``Launched``, or a ``harness.client.Worker``
-    whose hello may already have been read), used instead of launching one; ``lumen-ex watch``
-    keeps one ready between saves (src/lumen_ex/learner/prewarm.py). It is killed when the check ends.
-    ``lean``: run pytest without the plugins no suite needs (src/lumen_ex/harness/runner.py LEAN_DISABLED);
-    every check does, the same whoever asks for it, so that every way of grading gives the same verdicts.
-    ``run_tests``: called instead of :func:`fresh_session` with the same arguments (watch mode runs a
-    pytest session collected in advance).
-    """
-    started = time.monotonic() if started is None else started
+    def here(ex: Exercise, workspace: Path, learner_file: Path, launcher: Launcher, *, seed: int, device: str,
+             select: str | None, warning: str) -> RunResult:
+        return check_here(ex, workspace, learner_file, launcher, seed=seed, device=device,
+                          options=CheckOptions(select=select, started=started, warning=warning,
+                                               run_tests=run_tests))
+
+    return here
+
+
+def check_here(ex: Exercise, workspace: Path, learner_file: Path, launcher: Launcher, *, seed: int, device: str,
+               options: CheckOptions = CheckOptions()) -> RunResult:
+    """Run the hidden suite of ``ex`` in this process against workers started by ``launcher``
+    (``options``: what else the check is given, :class:`CheckOptions`)."""
+    started = time.monotonic() if options.started is None else options.started
+    warning, first = options.warning, options.first
     wanted = device
     spec = worker_spec(ex, workspace, learner_file, device)
     device = spec.device
@@ -105,7 +148,7 @@ def check_here(ex: Exercise, workspace: Path, learner_file: Path, launcher: Laun
         # worker loads torch's meta kernels before its hello too, while this process is still
         # importing torch and pytest and collecting the suite, which takes longer than its import.
         first = launcher.launch(replace(spec, warm=True))
-    pool = None
+    pool: WorkerPool | None = None
     try:
         from lumen_ex.harness.client import WorkerPool  # lazy: it imports torch, after the launch above
 
@@ -115,8 +158,8 @@ def check_here(ex: Exercise, workspace: Path, learner_file: Path, launcher: Laun
                           call_timeout=ex.times.call_seconds,
                           run_deadline=started + ex.times.run_seconds)
         device = _confirm_device(pool, wanted, device)
-        results, errors = (run_tests or fresh_session)(ex, pool, learner_file, seed=seed, device=device,
-                                                    select=select, lean=lean)
+        results, errors = (options.run_tests or fresh_session)(ex, pool, learner_file, seed=seed, device=device,
+                                                            select=options.select, lean=options.lean)
     finally:
         (pool.close() if pool is not None else first.kill())
     note = join_notes(launcher.note(), warning)
@@ -126,7 +169,8 @@ def check_here(ex: Exercise, workspace: Path, learner_file: Path, launcher: Laun
     return result
 
 
-def _refused(ex: Exercise, reason: str, launcher: Launcher, *, device, seed, started, warning) -> RunResult:
+def _refused(ex: Exercise, reason: str, launcher: Launcher, *, device: str, seed: int, started: float,
+             warning: str) -> RunResult:
     """The result for a file that cannot be graded at all (src/lumen_ex/core/snapshot.py): one failed row,
     no test run, nothing scored: the row carries the exercise's whole maximum, so the scores add up."""
     message = f"your file was not graded: {reason}"
@@ -137,17 +181,19 @@ def _refused(ex: Exercise, reason: str, launcher: Launcher, *, device, seed, sta
     return not_graded(ex.summary(), row, status=Status.FAIL, max_score=total,
                       sandbox=SandboxInfo(launcher.name, launcher.isolated, {}, note), device=device, seed=seed,
                       duration=time.monotonic() - started,
-                      versions={**base_versions(), "catalog": catalog_mod.load().version})
+                      versions=catalog_versions())
 
 
-def _confirm_device(pool, wanted: str, device: str) -> str:
+def _confirm_device(pool: WorkerPool, wanted: str, device: str) -> str:
     """With --device auto, fall back to the CPU when the worker's torch cannot see the GPU."""
     if device != "cuda":
         return device
     from lumen_ex.harness.client import WorkerFailure  # lazy: it imports torch (see check_here)
 
     try:
-        hello = pool.worker.wait_hello(time.monotonic() + pool.startup_timeout)
+        worker = pool.worker
+        assert worker is not None     # a new pool holds its first worker
+        hello = worker.wait_hello(time.monotonic() + pool.startup_timeout)
     except WorkerFailure:
         return device   # reported by the first test, like any other start-up failure
     if hello.cuda:
@@ -158,8 +204,8 @@ def _confirm_device(pool, wanted: str, device: str) -> str:
     return "cpu"
 
 
-def fresh_session(ex: Exercise, pool, learner_file: Path, *, seed: int, device: str, select: str | None,
-                  lean: bool = True):
+def fresh_session(ex: Exercise, pool: WorkerPool, learner_file: Path, *, seed: int, device: str,
+                  select: str | None, lean: bool = True) -> SuiteOutcome:
     """Run the suite in a pytest session of its own (what a check does unless given ``run_tests``)."""
     # lazy: they import torch and pytest, which this module must not before the worker's launch
     from lumen_ex.harness.proxy import LearnerModule
@@ -209,7 +255,8 @@ def suite_error(ex: Exercise, message: str, errors: list[str]) -> Diagnosis:
                      details={"pack": ex.pack, "exercise": ex.dir, "file": "suite", "error": errors[0][-2000:]})
 
 
-def _assemble(ex: Exercise, tests, errors, sandbox: SandboxInfo, *, device, seed, started) -> RunResult:
+def _assemble(ex: Exercise, tests: list[TestResult], errors: list[str], sandbox: SandboxInfo, *, device: str,
+              seed: int, started: float) -> RunResult:
     import torch  # lazy: not before the worker's launch (see the module docstring)
 
     skip_gpu_tests(tests, device)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 import select
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 
-from lumen_ex.core.forbidden import as_apis
+from lumen_ex.core.forbidden import ForbiddenAPI, as_apis
+from lumen_ex.harness import wire_replies
 from lumen_ex.harness.memory import Baseline, MemoryProbe, MemoryUse, baseline
 from lumen_ex.sandbox.base import Launched, Launcher, WorkerSpec
 from lumen_ex.sandbox.inside import wire
@@ -69,8 +71,8 @@ def decode_detail(exc: BaseException) -> str:
 class LearnerError(Exception):
     """The learner's code raised an exception (reported by the worker: a claim, not a verdict)."""
 
-    def __init__(self, error: dict, output: str = ""):
-        """``error``: as checked by ``wire.check_error`` (or built by the harness itself)."""
+    def __init__(self, error: dict[str, Any], output: str = ""):
+        """``error``: as checked by ``wire_replies.check_error`` (or built by the harness itself)."""
         self.type = str(error.get("type", "Exception"))[:100]
         self.message = str(error.get("message", ""))[:1000]
         where = error.get("where")
@@ -115,7 +117,7 @@ class OutputBuffer:
 
 @dataclass
 class Reply:
-    header: dict
+    header: dict[str, Any]        # a reply's JSON header, checked by wire as far as every reply goes
     tensors: list[torch.Tensor]
     output: str = ""
     elapsed: float = 0.0
@@ -127,7 +129,7 @@ class Hello:
     torch_version: str = ""
     cuda: bool = False
     startup_seconds: float = 0.0
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Worker:
@@ -165,7 +167,7 @@ class Worker:
                 return
             self.output.add(chunk)
 
-    def _send(self, header: dict, tensors: list[torch.Tensor], deadline: float) -> None:
+    def _send(self, header: dict[str, Any], tensors: list[torch.Tensor], deadline: float) -> None:
         data = memoryview(wire.encode_frame(header, tensors))
         while data:
             self._wait(deadline, write=True)
@@ -197,7 +199,7 @@ class Worker:
             if not self.launched.alive() and not readable:
                 raise self._fail(WorkerCrashed, self._died_message())
 
-    def _read_frame(self, deadline: float) -> tuple[dict, list[torch.Tensor]]:
+    def _read_frame(self, deadline: float) -> tuple[dict[str, Any], list[torch.Tensor]]:
         while True:
             try:
                 frame = self.parser.next_frame()
@@ -227,7 +229,7 @@ class Worker:
             except WorkerTimeout as exc:
                 raise WorkerTimeout("the sandbox did not start in time (torch import too slow?)", exc.output) from None
             try:
-                hello = wire.check_hello(header)
+                hello = wire_replies.check_hello(header)
             except Exception as exc:  # noqa: BLE001
                 raise self.protocol_failure(exc) from None
             self.hello = Hello(hello["torch"], hello["cuda"], time.monotonic() - self.started)
@@ -235,7 +237,7 @@ class Worker:
             self.output.take()
         return self.hello
 
-    def request(self, header: dict, tensors: list[torch.Tensor], timeout: float) -> Reply:
+    def request(self, header: dict[str, Any], tensors: list[torch.Tensor], timeout: float) -> Reply:
         """Send one request and return its validated reply, or raise a WorkerFailure."""
         deadline = time.monotonic() + timeout
         rid = self.next_id
@@ -249,7 +251,7 @@ class Worker:
         if type(reply.get("id")) is not int or reply["id"] != rid:
             raise self._fail(WorkerProtocolError, protocol_message("an answer out of turn (reply id mismatch)"))
         try:
-            elapsed = wire.check_elapsed(reply)
+            elapsed = wire_replies.check_elapsed(reply)
         except Exception as exc:  # noqa: BLE001
             raise self.protocol_failure(exc) from None
         self._drain_output()
@@ -271,8 +273,8 @@ class WorkerPool:
     """
 
     def __init__(self, launcher: Launcher, spec: WorkerSpec, *, module: str, functions: list[str],
-                 first: Launched | None = None,
-                 forbidden=(), startup_timeout: float = 60.0, call_timeout: float = 10.0,
+                 first: Launched | Worker | None = None,
+                 forbidden: Iterable[ForbiddenAPI | str] = (), startup_timeout: float = 60.0, call_timeout: float = 10.0,
                  run_deadline: float | None = None, source: bytes | None = None):
         self.launcher, self.spec = launcher, spec
         # The learner's file as read once when the check began (src/lumen_ex/core/snapshot.py): every worker
@@ -284,7 +286,7 @@ class WorkerPool:
         self.run_deadline = run_deadline
         self.worker: Worker | None = None
         self.loaded = False
-        self.signatures: dict | None = None
+        self.signatures: dict[str, dict[str, Any] | None] | None = None   # wire_replies.check_functions
         self.load_failure: Exception | None = None
         self.hung: dict[str, str] = {}   # learner function -> why it is not called again (see call)
         self.restarts = 0
@@ -347,9 +349,9 @@ class WorkerPool:
                             else torch.empty(0, dtype=torch.uint8)]
                 reply = worker.request(load, sent, self._timeout(self.call_timeout))
                 try:
-                    ok = wire.check_ok(reply.header)
-                    checked = (wire.check_functions(reply.header.get("functions"), self.functions) if ok
-                               else wire.check_error(reply.header.get("error")))
+                    ok = wire_replies.check_ok(reply.header)
+                    checked = (wire_replies.check_functions(reply.header.get("functions"), self.functions) if ok
+                               else wire_replies.check_error(reply.header.get("error")))
                 except Exception as exc:  # noqa: BLE001  a malformed load reply is the submission's
                     raise worker.protocol_failure(exc) from None
                 if not ok:
@@ -367,7 +369,7 @@ class WorkerPool:
             raise self.load_failure.with_traceback(None) from None
         return worker
 
-    def call(self, header: dict, tensors: list[torch.Tensor], timeout: float | None = None, *,
+    def call(self, header: dict[str, Any], tensors: list[torch.Tensor], timeout: float | None = None, *,
              measure_memory: bool = False) -> Reply:
         """One call of a learner function. A function that once did not return within its time
         limit is not called again in this check: the tests that need it are marked at once, so an

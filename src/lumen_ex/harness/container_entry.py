@@ -28,11 +28,12 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from lumen_ex.core.atomic import write_atomically
 from lumen_ex.core.errors import LumenError
 from lumen_ex.core.options import SEED_ENV
-from lumen_ex.core.results import SandboxInfo, grader_error, one_line
+from lumen_ex.core.results import RunResult, SandboxInfo, grader_error, one_line
 
 WORKSPACE = Path("/workspace")
 RESULTS = Path("/results")
@@ -96,12 +97,13 @@ def run(argv: list[str]) -> int:
     return 0
 
 
-def error_document(exercise: str, seed: int | None, device: str, exc: BaseException, started: float) -> dict:
+def error_document(exercise: str, seed: int | None, device: str, exc: BaseException,
+                   started: float) -> dict[str, Any]:
     """A result document for a check that could not run: status error, the reason as the message."""
     return error_result(exercise, seed, device, exc, started).to_dict()
 
 
-def error_result(exercise: str, seed: int | None, device: str, exc: BaseException, started: float):
+def error_result(exercise: str, seed: int | None, device: str, exc: BaseException, started: float) -> RunResult:
     """The RunResult of a check that could not run (see :func:`error_document`)."""
     if isinstance(exc, LumenError):
         message = str(exc)

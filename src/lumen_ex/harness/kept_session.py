@@ -13,6 +13,11 @@ a whole class with the naive loop).
 Each run gets a new LearnerModule and clean records (GradingPlugin ``begin``). A run that raises
 (an interrupt, pytest.exit) ends the session: the error goes to the caller, and the next check
 starts a new session.
+
+The thread that holds the session at its run loop is shared with watch mode's prepared session
+(src/lumen_ex/harness/session_thread.py, which says why the two stay two kinds): a kept session
+outlives its checks and runs them with its own loop, a prepared one is one check's, run by
+pytest's own loop.
 """
 
 from __future__ import annotations
@@ -27,10 +32,12 @@ import pytest
 from lumen_ex.harness.check import fresh_session
 from lumen_ex.harness.plugin import GradingPlugin
 from lumen_ex.harness.proxy import LearnerModule
-from lumen_ex.harness.runner import outcome, run_suite
+from lumen_ex.harness.runner import SuiteOutcome, outcome
+from lumen_ex.harness.session_thread import SessionThread
 
 if TYPE_CHECKING:
     from lumen_ex.core.catalog import Exercise
+    from lumen_ex.harness.client import WorkerPool
 
 COLLECT_S = 120.0       # how long configuring and collecting the suite may take
 
@@ -39,7 +46,7 @@ class _Run:
     def __init__(self, learner: LearnerModule):
         self.learner = learner
         self.done = threading.Event()
-        self.outcome: tuple[list, list[str]] | None = None     # set before ``done`` unless it failed
+        self.outcome: SuiteOutcome | None = None     # set before ``done`` unless it failed
         self.error: BaseException | None = None
 
 
@@ -52,7 +59,7 @@ class _Loop:
         self.collected = threading.Event()
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_runtestloop(self, session):
+    def pytest_runtestloop(self, session: pytest.Session) -> bool:
         self.collected.set()
         # pytest's own loop runs nothing after a collection error (unless told to go on)
         broken = bool(session.testsfailed) and not session.config.option.continue_on_collection_errors
@@ -75,34 +82,28 @@ class _Loop:
         return True
 
 
-class KeptSession:
+class KeptSession(SessionThread):
     """The pytest session of one exercise (with one seed, one device and one file name), kept for
-    every submission: :meth:`run` grades one, :meth:`close` ends it."""
+    every submission: :meth:`run` grades one, :meth:`close` ends it.
+
+    It is a :class:`~lumen_ex.harness.session_thread.SessionThread` held by :class:`_Loop`, which
+    runs the collected tests once per submission; watch mode's ``PreparedRun`` is the other kind
+    (one check's session, run once by pytest's own loop: see session_thread.py for why both)."""
 
     def __init__(self, ex: Exercise, module_file: str, *, seed: int, device: str):
         self.module_file, self.device = module_file, device
         self.grading = GradingPlugin(None, seed=seed, device=device, exercise=ex)
         self.loop = _Loop(self.grading, ex.suite_dir)
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._main, args=(ex, seed, device), daemon=True,
-                                       name="lumen-ex-kept-suite")
-        self.thread.start()
+        super().__init__(ex, None, seed=seed, device=device, hold=self.loop, grading=self.grading,
+                         name="lumen-ex-kept-suite")
         if not self.loop.collected.wait(COLLECT_S):
             self.close()
             raise RuntimeError("the hidden suite was not collected in time")
 
-    def _main(self, ex: Exercise, seed: int, device: str) -> None:
-        try:
-            run_suite(ex, None, seed=seed, device=device, grading=self.grading, plugins=(self.loop,))
-        except BaseException as exc:  # noqa: BLE001  handed to the next run
-            self.error = exc
-        finally:
-            self.loop.collected.set()   # also when it never reached the run loop
-
     def alive(self) -> bool:
         return self.thread.is_alive() and self.error is None
 
-    def run(self, pool) -> tuple[list, list[str]]:
+    def run(self, pool: WorkerPool) -> SuiteOutcome:
         """Run every test against ``pool``; run_suite's (results, collection errors)."""
         if not self.alive():
             raise self.error or RuntimeError("the kept pytest session has ended")
@@ -128,9 +129,10 @@ class KeptSessions:
     check fails with that error, as a grader error) and the next check starts a new one."""
 
     def __init__(self) -> None:
-        self.sessions: dict[tuple, KeptSession] = {}
+        self.sessions: dict[tuple[Path, str, int, str], KeptSession] = {}
 
-    def __call__(self, ex: Exercise, pool, learner_file, *, seed: int, device: str, select: str | None, lean: bool = True):
+    def __call__(self, ex: Exercise, pool: WorkerPool, learner_file: Path, *, seed: int, device: str,
+                 select: str | None, lean: bool = True) -> SuiteOutcome:
         if select or not lean:
             return fresh_session(ex, pool, learner_file, seed=seed, device=device, select=select, lean=lean)
         key = (ex.suite_dir, learner_file.name, seed, device)

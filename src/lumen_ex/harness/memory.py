@@ -31,7 +31,6 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
-from typing import cast
 
 from lumen_ex.sandbox.base import Launched
 
@@ -55,7 +54,7 @@ class MemoryUse:
     def extra_mib(self) -> float:
         return (self.extra_bytes or 0) / 2**20
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, int | bool | str | None]:
         return {"extra_bytes": self.extra_bytes, "exact": self.exact, "mechanism": self.mechanism,
                 "peak_bytes": self.peak_bytes, "baseline_bytes": self.baseline_bytes,
                 "before_call_bytes": self.before_call_bytes}
@@ -77,15 +76,12 @@ class Baseline:
 def baseline(launched: Launched) -> Baseline:
     """What the worker holds now (called once, at its hello, for every worker: cheap). The process
     tree is read only where /proc may be needed: no cgroup, or a v2 one (its peak may not reset)."""
-    cgroup = getattr(getattr(launched, "enforcement", None), "cgroup", None)
+    cgroup = launched.enforcement.cgroup
     usage = cgroup.memory_usage() if cgroup is not None else None
     if usage is not None and cgroup is not None and cgroup.version == 1:
         return Baseline(usage, {})
-    pid = getattr(getattr(launched, "proc", None), "pid", None)
-    if pid is None:        # a worker without a host process of its own (test doubles): nothing to read
-        return Baseline(usage, {})
     try:
-        return Baseline(usage, {p: _status(p).get("VmRSS", 0) for p in process_tree(pid)})
+        return Baseline(usage, {p: _status(p).get("VmRSS", 0) for p in process_tree(launched.proc.pid)})
     except (OSError, ValueError):    # the worker is gone already: its call will fail on its own
         return Baseline(usage, {})
 
@@ -100,7 +96,7 @@ class MemoryProbe:
     def __init__(self, launched: Launched, base: Baseline | None):
         self.launched = launched
         self.base = base or baseline(launched)
-        cgroup = getattr(getattr(launched, "enforcement", None), "cgroup", None)
+        cgroup = launched.enforcement.cgroup
         self.before = cgroup.memory_usage() if cgroup is not None else None
         self.window = cgroup.peak_window() if cgroup is not None else None
         self.tree: _TreeSampler | None = None
@@ -126,13 +122,17 @@ class MemoryProbe:
                 readings.append(MemoryUse(max(peak - base, 0), exact, self.window.how, peak, base, self.before))
         if self.tree is not None:
             readings.append(self.tree.stop().against(self.tree_base))
-        exact = [r for r in readings if r.exact and r.extra_bytes is not None]
-        if exact:
-            return exact[0]
+        exactly = [r for r in readings if r.exact and r.extra_bytes is not None]
+        if exactly:
+            return exactly[0]
         bounds = [r for r in readings if r.extra_bytes is not None]
         if bounds:
-            return min(bounds, key=lambda r: cast(int, r.extra_bytes))     # not None in bounds
+            return min(bounds, key=_extra_bytes)
         return MemoryUse(None, False, NOT_MEASURED)
+
+
+def _extra_bytes(use: MemoryUse) -> int:
+    return use.extra_bytes or 0     # (never None where it is asked)
 
 
 class _TreeResult:
@@ -200,6 +200,8 @@ class _TreeSampler(threading.Thread):
 def process_tree(root: int) -> list[int]:
     """``root``, its descendants, and every process of a session one of them leads (an orphan
     reparented away from the tree keeps its session unless it makes a new one)."""
+    if not os.path.exists(f"/proc/{root}"):    # gone (or a test double's pid): no tree, without reading /proc
+        return []
     parent: dict[int, int] = {}
     session: dict[int, int] = {}
     try:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import hashlib
 import time
 import traceback
+from collections.abc import Generator
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import pytest
 
@@ -21,6 +22,9 @@ from lumen_ex.core.results import CheckFailed, Diagnosis, Status, TestResult, ta
 from lumen_ex.harness.client import ImportFailed, LearnerError, WorkerFailure
 from lumen_ex.harness.float32_cause import float32_cause
 from lumen_ex.harness.proxy import LearnerModule
+
+if TYPE_CHECKING:
+    from pluggy import Result
 
 STATUS_OF_KIND = {"timeout": Status.TIMEOUT, "crash": Status.ERROR, "protocol": Status.FAIL,
                   "import": Status.ERROR, "grader": Status.ERROR}
@@ -61,7 +65,7 @@ class GradingPlugin:
         return self._device
 
     @pytest.fixture
-    def seed(self, request) -> int:
+    def seed(self, request: pytest.FixtureRequest) -> int:
         """A seed of this test's own: the same for the same run seed, whatever else is run, and
         wherever the pack lies (keyed by the exercise's suite id and the test's own id)."""
         key = f"{self._seed}:{self._suite}/{_short_id(request.node.nodeid)}"
@@ -77,28 +81,29 @@ class GradingPlugin:
 
     # -- hooks --------------------------------------------------------------------------------
 
-    def pytest_configure(self, config) -> None:
+    def pytest_configure(self, config: pytest.Config) -> None:
         config.addinivalue_line("markers", "group(name): the scoring group of a test (see the catalogue)")
 
-    def pytest_collection_modifyitems(self, items) -> None:
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         # A failed test's verdict and diagnosis come from its exception (pytest_runtest_makereport
         # below), never from pytest's formatted traceback, which no view shows. Formatting one
         # parses the source of every frame (0.05 s a failure, most of a buggy file's check), so
         # each test's report carries the exception's one line instead.
         for item in items:
-            item.repr_failure = _brief_failure
+            item.repr_failure = _brief_failure  # type: ignore[method-assign]  # this item's own, in place of pytest's
 
-    def pytest_collectreport(self, report) -> None:
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self.collect_errors.append(str(report.longrepr)[-2000:])
 
-    def pytest_runtest_setup(self, item) -> None:
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
         self.learner.outputs.clear()
         take_notes()   # a note left outside a test belongs to none
         self._started = time.perf_counter()
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item, call):
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]
+                                  ) -> Generator[None, Result[pytest.TestReport], None]:
         outcome = yield
         report = outcome.get_result()
         if call.when == "teardown" and not report.failed:
@@ -114,12 +119,12 @@ class GradingPlugin:
             record.message = _skip_reason(report)
         elif report.failed:
             record.status, record.diagnosis = _classify(call.excinfo, self._exercise)
-            with_source_line(record.diagnosis, self._learner)
+            with_source_line(record.diagnosis, self.learner)
             record.message = record.diagnosis.summary
         notes = take_notes()
         if notes and record.status is Status.PASS and not record.message:
             record.message = " ".join(notes)   # a passing test's remark (src/lumen_ex/core/results.py note)
-        record.output = _cap("".join(o for o in self._learner.outputs if o))
+        record.output = _cap("".join(o for o in self.learner.outputs if o))
         record.duration = time.perf_counter() - self._started
 
     def ordered(self) -> list[TestResult]:
@@ -151,7 +156,8 @@ def with_source_line(diag: Diagnosis, learner: LearnerModule) -> None:
         diag.details["code"] = lines[int(number) - 1].strip()[:200]
 
 
-def _classify(excinfo, exercise: Exercise | None = None) -> tuple[Status, Diagnosis]:
+def _classify(excinfo: pytest.ExceptionInfo[BaseException] | None,
+              exercise: Exercise | None = None) -> tuple[Status, Diagnosis]:
     exc = excinfo.value if excinfo is not None else None
     diag: Diagnosis | None
     if isinstance(exc, CheckFailed):
@@ -167,7 +173,7 @@ def _classify(excinfo, exercise: Exercise | None = None) -> tuple[Status, Diagno
     elif isinstance(exc, AssertionError):
         diag = Diagnosis("property", (str(exc).strip().splitlines() or ["a check failed"])[0][:300])
     else:
-        diag = author_fault(excinfo, exercise) if exercise is not None else None
+        diag = author_fault(excinfo, exercise) if exercise is not None and excinfo is not None else None
         if diag is None:
             diag = Diagnosis("grader", f"the grader itself failed: {type(exc).__name__}: {exc}"[:500],
                              hint="This is a bug in lumen-ex, not in your code: please report it.")
@@ -187,7 +193,7 @@ def blame_hint(exercise: Exercise, where: str) -> str:
 AUTHOR_FRAMES = 8
 
 
-def author_fault(excinfo, exercise: Exercise) -> Diagnosis | None:
+def author_fault(excinfo: pytest.ExceptionInfo[BaseException], exercise: Exercise) -> Diagnosis | None:
     """A test that failed in the exercise's own code (its suite, reference or mistakes, not the
     learner's): the fault of whoever wrote the exercise, blamed on its pack with the file and line,
     the whole message, and the author's frames (None when no frame of the traceback is the
@@ -237,7 +243,7 @@ def import_failure(exc: ImportFailed) -> Diagnosis:
     return diag
 
 
-def _brief_failure(excinfo, *args, **kwargs) -> str:
+def _brief_failure(excinfo: pytest.ExceptionInfo[BaseException], *args: object, **kwargs: object) -> str:
     """What stands in a report for pytest's formatted traceback: the exception's last line."""
     return excinfo.exconly()[:2000]
 
@@ -252,19 +258,20 @@ def _short_id(nodeid: str) -> str:
     return nodeid.rsplit("/", 1)[-1]
 
 
-def _name(item) -> str:
-    doc = getattr(item.function, "__doc__", None) or ""
+def _name(item: pytest.Item) -> str:
+    doc: str = getattr(getattr(item, "function", None), "__doc__", None) or ""   # a suite's tests are functions
     first = doc.strip().splitlines()[0] if doc.strip() else item.name
     params = getattr(getattr(item, "callspec", None), "id", None)
     return f"{first} [{params}]" if params else first
 
 
-def _group(item) -> str:
+def _group(item: pytest.Item) -> str:
     marker = item.get_closest_marker("group")
-    return marker.args[0] if marker and marker.args else "default"
+    group: str = marker.args[0] if marker and marker.args else "default"   # @pytest.mark.group("name")
+    return group
 
 
-def _skip_reason(report) -> str:
+def _skip_reason(report: pytest.TestReport) -> str:
     longrepr = report.longrepr
     if isinstance(longrepr, tuple) and len(longrepr) == 3:
         return str(longrepr[2]).removeprefix("Skipped: ")

@@ -8,6 +8,7 @@ what the worker *claims* about it, used for feedback such as "your output is on 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
@@ -15,7 +16,8 @@ from typing import Any, cast
 import torch
 
 from lumen_ex.core.results import CheckFailed, Diagnosis
-from lumen_ex.harness.client import LearnerError, WorkerPool
+from lumen_ex.harness import wire_replies
+from lumen_ex.harness.client import LearnerError, Reply, WorkerPool
 from lumen_ex.harness.memory import MemoryUse
 from lumen_ex.harness.source_scan import scan_file, shadowing_files
 from lumen_ex.sandbox.inside import wire
@@ -33,10 +35,10 @@ class TensorMeta:
 @dataclass
 class CallResult:
     value: Any
-    grads: tuple | None = None          # gradients w.r.t. the requested arguments (None = unused)
+    grads: tuple[torch.Tensor | None, ...] | None = None   # gradients w.r.t. the requested arguments (None = unused)
     grad_error: str | None = None       # why no gradients could be taken
-    ops: dict | None = None             # the work counter's summary
-    args_after: tuple | None = None     # the arguments as they were after the call
+    ops: dict[str, Any] | None = None   # the work counter's summary (_checked_ops)
+    args_after: tuple[Any, ...] | None = None   # the arguments as they were after the call
     forbidden: list[str] = field(default_factory=list)
     output: str = ""
     elapsed: float = 0.0
@@ -47,11 +49,11 @@ def meta(t: torch.Tensor) -> TensorMeta:
     return getattr(t, "lumen_meta", None) or TensorMeta()
 
 
-def _annotator(devices: frozenset[str]):
+def _annotator(devices: frozenset[str]) -> Callable[[torch.Tensor, dict[str, Any]], torch.Tensor]:
     """``on_tensor`` for wire.unpack: checks a tensor reference's advisory fields (what the worker
     claims about the tensor) and stores them on the rebuilt tensor as ``lumen_meta``."""
 
-    def annotate(t: torch.Tensor, ref: dict) -> torch.Tensor:
+    def annotate(t: torch.Tensor, ref: dict[str, Any]) -> torch.Tensor:
         info = tensor_meta(ref, devices)
         cast(Any, t).lumen_meta = info     # an attribute of our own on the tensor, read by meta()
         # Checked here, not claimed: a tensor rebuilt on meta arrived without data (wire.py), and
@@ -63,7 +65,7 @@ def _annotator(devices: frozenset[str]):
     return annotate
 
 
-def tensor_meta(ref: dict, devices: frozenset[str]) -> TensorMeta:
+def tensor_meta(ref: dict[str, Any], devices: frozenset[str]) -> TensorMeta:
     """The claims of one tensor reference, each of the right type (else wire.ProtocolError); the
     device must be one this call's tensors could be on (wire.check_device_tag)."""
     pytype = ref.get("pytype", "torch.Tensor")
@@ -84,14 +86,14 @@ class LearnerModule:
         self.module_file = module_file
         self.outputs: list[str] = []
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Callable[..., Any]:
         if name.startswith("_"):
             raise AttributeError(name)
         return lambda *args, **kwargs: self.call(name, args, kwargs).value
 
     # -- what tests may ask ----------------------------------------------------------------
 
-    def signature(self, fn: str) -> dict | None:
+    def signature(self, fn: str) -> dict[str, Any] | None:
         """The worker's description of ``fn`` (None when the module does not define it)."""
         try:
             self._pool.ready()
@@ -132,8 +134,9 @@ class LearnerModule:
         worker = self._pool.ready()
         return bool(worker.hello and worker.hello.cuda)
 
-    def call(self, fn: str, args: tuple = (), kwargs: dict | None = None, *, device: str | None = None,
-             noncontiguous: bool = False, grad_wrt: tuple[int, ...] = (), grad_seeds: tuple | None = None,
+    def call(self, fn: str, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None, *,
+             device: str | None = None, noncontiguous: bool = False, grad_wrt: tuple[int, ...] = (),
+             grad_seeds: tuple[Any, ...] | None = None,
              count_ops: bool = False, echo_args: bool = False, timeout: float | None = None,
              measure_memory: bool = False) -> CallResult:
         """Call ``fn(*args, **kwargs)`` in the worker and return everything it sent back, validated.
@@ -210,7 +213,7 @@ class LearnerModule:
             raise CheckFailed(Diagnosis("missing", f"{fn} in {self.module_file} is not a function",
                                         expected="a function", got="something else"))
 
-    def _decode(self, fn: str, reply, *, n_args: int, n_grads: int | None, echo_args: bool,
+    def _decode(self, fn: str, reply: Reply, *, n_args: int, n_grads: int | None, echo_args: bool,
                 count_ops: bool, devices: frozenset[str] = frozenset({"cpu"})) -> CallResult:
         """Rebuild a reply, checking that its structure is what was asked for: a hostile worker must
         never make a hidden test's own arithmetic fail (that would be blamed on the grader). Any
@@ -252,13 +255,13 @@ class LearnerModule:
             got=names, details={"function": fn}, misconception="forbidden-api", hint=hint))
 
     @staticmethod
-    def _checked(reply, *, n_args: int, n_grads: int | None, echo_args: bool, count_ops: bool,
+    def _checked(reply: Reply, *, n_args: int, n_grads: int | None, echo_args: bool, count_ops: bool,
                  devices: frozenset[str]) -> tuple[CallResult, list[str]]:
         """The reply as a CallResult and the forbidden APIs the worker claims were called, or
         wire.ProtocolError (LearnerError when the worker reports that the learner's code raised)."""
         h, tensors = reply.header, reply.tensors
-        if not wire.check_ok(h):
-            raise LearnerError(wire.check_error(h.get("error")), reply.output)
+        if not wire_replies.check_ok(h):
+            raise LearnerError(wire_replies.check_error(h.get("error")), reply.output)
         value = wire.unpack(h.get("result"), tensors, on_tensor=_annotator(devices), devices=devices)
         result = CallResult(value, output=reply.output, elapsed=reply.elapsed, memory=reply.memory)
         _decode_grads(result, h.get("grads"), tensors, n_grads, devices)
@@ -274,7 +277,7 @@ class LearnerModule:
         return result, claimed
 
 
-def _claimed_or_none(header: dict) -> list[str] | None:
+def _claimed_or_none(header: dict[str, Any]) -> list[str] | None:
     """The forbidden APIs the worker says the call tried (a hint), or None when the list is malformed."""
     claimed = header.get("forbidden", [])
     if not (isinstance(claimed, list) and len(claimed) <= wire.MAX_TENSORS and all(type(n) is str for n in claimed)):
@@ -282,8 +285,10 @@ def _claimed_or_none(header: dict) -> list[str] | None:
     return [wire.clean_text(n, 100) for n in claimed]
 
 
-def _decode_grads(result: CallResult, grads, tensors, n_grads: int | None, devices) -> None:
-    """The gradients of a reply (or why there are none) onto ``result``."""
+def _decode_grads(result: CallResult, grads: Any, tensors: list[torch.Tensor], n_grads: int | None,
+                  devices: frozenset[str]) -> None:
+    """The gradients of a reply (or why there are none) onto ``result``. ``grads``: the reply's
+    field as the worker sent it (any JSON value), checked here before it is used."""
     if grads is None:
         _require(n_grads is None, "gradients were asked for and not sent")
         return
@@ -298,8 +303,9 @@ def _decode_grads(result: CallResult, grads, tensors, n_grads: int | None, devic
              "gradients are not one tensor (or None) per requested input")
 
 
-def _checked_ops(ops) -> dict:
-    """The work counter's summary: counts as non-negative ints, the largest op's name and shape."""
+def _checked_ops(ops: Any) -> dict[str, Any]:
+    """The work counter's summary: counts as non-negative ints, the largest op's name and shape.
+    ``ops``: the reply's field as the worker sent it (any JSON value), checked here before it is used."""
     _require(isinstance(ops, dict) and all(type(ops.get(k)) is int and ops[k] >= 0
                                            for k in ("total_elements", "ops", "largest")),
              "the work counter's summary is missing or malformed")

@@ -25,6 +25,9 @@ from lumen_ex.harness.proxy import LearnerModule
 # after its full path, so two packs' suites never share a module name in one process.
 GRADERS = Path(__file__).resolve().parents[1] / "graders"
 
+# What a run of a suite gives: its results in file order and its collection errors.
+SuiteOutcome = tuple[list[TestResult], list[str]]
+
 
 # pytest's own plugins that no hidden suite needs and that cost time on every run (the logging
 # plugin alone is a third of a warm run): ``lean`` runs (every check, unless asked otherwise) leave
@@ -48,8 +51,8 @@ def one_thread() -> None:
 
 
 def run_suite(ex: Exercise, learner: LearnerModule | None, *, seed: int, device: str,
-              select: str | None = None, lean: bool = True, plugins: tuple = (),
-              grading: GradingPlugin | None = None) -> tuple[list[TestResult], list[str]]:
+              select: str | None = None, lean: bool = True, plugins: tuple[object, ...] = (),
+              grading: GradingPlugin | None = None) -> SuiteOutcome:
     """Run the suite; return its results in file order and any collection errors.
 
     ``lean``: leave out the pytest plugins in LEAN_DISABLED (same verdicts, less time per run).
@@ -87,7 +90,7 @@ def run_suite(ex: Exercise, learner: LearnerModule | None, *, seed: int, device:
     return outcome(plugin, here)
 
 
-def outcome(plugin: GradingPlugin, suite_dir: Path) -> tuple[list[TestResult], list[str]]:
+def outcome(plugin: GradingPlugin, suite_dir: Path) -> SuiteOutcome:
     """A run's results in file order and its collection errors (a suite that collected nothing is one)."""
     results = plugin.ordered()
     if not results and not plugin.collect_errors:

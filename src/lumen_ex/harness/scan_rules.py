@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from lumen_ex.core import forbidden as forbidden_data
@@ -84,7 +85,7 @@ class Finding:
     line: int = 0
 
 
-def forbidden_names(forbidden) -> dict[str, str]:
+def forbidden_names(forbidden: Iterable[forbidden_data.ForbiddenAPI | str]) -> dict[str, str]:
     """Every attribute name that reaches a forbidden API -> the dotted forbidden API it reaches
     (the exercise data of src/lumen_ex/core/forbidden.py; a plain dotted string names just itself)."""
     return forbidden_data.attribute_names(forbidden_data.as_apis(forbidden))

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import ast
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import cast
 
@@ -82,7 +83,7 @@ class SourceScan(NodeChecks):
     """What each graded function of one learner module can reach, from its source (bytes or text).
     The checks on each node it reaches are :class:`NodeChecks`'s (src/lumen_ex/harness/scan_checks.py)."""
 
-    def __init__(self, source: bytes | str, forbidden):
+    def __init__(self, source: bytes | str, forbidden: Iterable[ForbiddenAPI | str]):
         self.names = forbidden_names(forbidden)   # ForbiddenAPI data (core/forbidden.py) or dotted names
         raw = source.encode("utf-8") if isinstance(source, str) else source
         if len(raw) > MAX_SOURCE_BYTES:

@@ -16,7 +16,8 @@ little else:
   RESPAWN_FAILURES times in a row;
 - the next check's pytest session (:class:`PreparedRun`): configured and collected in a thread
   that then waits at pytest's run loop (the gate plugin, :func:`_gate_class`) until the check hands
-  it the worker pool.
+  it the worker pool. The thread is src/lumen_ex/harness/session_thread.py's, shared with a grading
+  process's kept sessions (that module says why they stay two kinds).
 
 :class:`GuardedLauncher` refuses to launch once watching is stopping, so that a check interrupted
 by Ctrl-C does not replace the worker it just lost. When to prepare is decided by the session
@@ -38,12 +39,12 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, cast
 
+from lumen_ex.harness.session_thread import SessionThread
 from lumen_ex.sandbox.base import Launched, Launcher, WorkerSpec
 from lumen_ex.sandbox.processes import kill_group
 
 if TYPE_CHECKING:   # for annotations only: harness.client imports torch (see above)
     from lumen_ex.core.catalog import Exercise
-    from lumen_ex.core.results import TestResult
     from lumen_ex.harness.client import WorkerPool
 
 RESPAWN_FAILURES = 3    # give up pre-launching after this many workers in a row die while idle
@@ -185,7 +186,7 @@ def _gate_class():
     return _GATE
 
 
-class PreparedRun:
+class PreparedRun(SessionThread):
     """The pytest session of the next check, configured and collected in advance.
 
     It runs in a thread and waits at its run loop; the check hands it the worker pool, lets it go
@@ -193,10 +194,16 @@ class PreparedRun:
     while the learner is typing, not after the save. Only one session exists at a time: the
     thread runs the tests while the main thread only waits for it, and its output capture is off
     while it waits (so nothing the main thread prints is swallowed).
+
+    Its thread is a :class:`~lumen_ex.harness.session_thread.SessionThread`, as a grading process's
+    ``KeptSession`` is (src/lumen_ex/harness/kept_session.py), but it is one check's session, not one
+    kept for many: it is made before the check's worker pool exists (:class:`PoolSlot`), pytest's
+    own loop runs it once, and it ends as a fresh session ends (a cancelled or stopped check gives
+    the tests run so far, where a kept session would raise). Why both: session_thread.py.
     """
 
     def __init__(self, ex: Exercise, module_file: str, *, seed: int, device: str,
-                 plugins: tuple = ()):   # ex: core.catalog.Exercise
+                 plugins: tuple[object, ...] = ()):
         # lazy: imports torch (see the module docstring)
         from lumen_ex.harness.proxy import LearnerModule
 
@@ -205,23 +212,8 @@ class PreparedRun:
         self.submission = LearnerModule(cast("WorkerPool", self.slot), device, module_file)   # the slot forwards to one
         self.gate = _gate_class()()
         self.plugins = plugins
-        self.outcome: tuple[list[TestResult], list[str]] | None = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._main, args=(ex,), daemon=True,
-                                       name="lumen-ex-watch-suite")
-        self.thread.start()
-
-    def _main(self, ex: Exercise) -> None:
-        # lazy: imports pytest and torch
-        from lumen_ex.harness.runner import run_suite
-
-        try:
-            self.outcome = run_suite(ex, self.submission, seed=self.seed, device=self.device,
-                                     lean=True, plugins=(self.gate, *self.plugins))
-        except BaseException as exc:  # noqa: BLE001  handed to the main thread
-            self.error = exc
-        finally:
-            self.gate.collected.set()   # also when it never reached the run loop
+        super().__init__(ex, self.submission, seed=seed, device=device, hold=self.gate, plugins=plugins,
+                         name="lumen-ex-watch-suite")
 
     def wait_collected(self, timeout: float) -> bool:
         return self.gate.collected.wait(timeout) and self.thread.is_alive()

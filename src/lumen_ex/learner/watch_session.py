@@ -43,7 +43,7 @@ from lumen_ex.core.catalog import Exercise
 from lumen_ex.core.errors import SandboxUnavailable, UsageError
 from lumen_ex.core.options import check_device
 from lumen_ex.core.workspace import Workspace
-from lumen_ex.harness.check import check_here, worker_spec
+from lumen_ex.harness.check import CheckOptions, check_here, worker_spec
 from lumen_ex.learner.file_events import POLL_INTERVAL, Change, Inotify, Poller, file_digest
 from lumen_ex.learner.prewarm import GuardedLauncher, Prewarm
 from lumen_ex.sandbox.base import Backend, Launcher
@@ -229,8 +229,9 @@ class WatchSession:
         gc.disable()   # a check allocates little; collections would only add to its latency
         try:
             result = check_here(self.ex, self.workspace.root, self.file, self.launcher, seed=self.seed,
-                                device=self.wanted_device, started=started, warning=self.warning,
-                                first=worker, lean=True, run_tests=self._run_tests)
+                                device=self.wanted_device,
+                                options=CheckOptions(started=started, warning=self.warning, first=worker,
+                                                     lean=True, run_tests=self._run_tests))
         finally:
             if collecting:
                 gc.enable()

@@ -21,21 +21,22 @@ import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from lumen_ex.core.limits import Limits
 from lumen_ex.core.results import RunResult
 from lumen_ex.sandbox.cgroups import Enforcement
-from lumen_ex.sandbox.processes import kill_group, reap
+from lumen_ex.sandbox.processes import Process, kill_group, reap
 from lumen_ex.sandbox.workspace_copy import CopyRecord
 
 if TYPE_CHECKING:
     from lumen_ex.core.catalog import Exercise
 
 # The files of lumen_ex/sandbox/inside a worker runs from (the folder is bound whole, read-only): the
-# worker, the wire format, and the zygote that forks workers with its system calls (zygote.py, confine.py).
-WORKER_FILES = ("worker.py", "wire.py", "wire_limits.py", "wire_decode.py", "wire_replies.py", "zygote.py",
-                "confine.py", "forbid.py")
+# worker with its layer against forbidden APIs and its work counter (forbid.py, work_counter.py), the
+# wire format, and the zygote that forks workers with its system calls (zygote.py, confine.py).
+WORKER_FILES = ("worker.py", "forbid.py", "work_counter.py", "wire.py", "wire_limits.py", "wire_decode.py",
+                "zygote.py", "confine.py")
 # The environment a worker sees: nothing from the host, one thread, a private home.
 WORKER_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -89,8 +90,8 @@ class Availability:
 class Launched:
     """A running sandboxed worker as the harness sees it: three fds and a way to kill it."""
 
-    def __init__(self, proc: subprocess.Popen, request_fd: int, reply_fd: int, output_fd: int,
-                 enforcement: Enforcement, module_path: str, extra_kill=None):
+    def __init__(self, proc: Process, request_fd: int, reply_fd: int, output_fd: int,
+                 enforcement: Enforcement, module_path: str, extra_kill: Callable[[], None] | None = None) -> None:
         self.proc = proc
         self.request_fd, self.reply_fd, self.output_fd = request_fd, reply_fd, output_fd
         self.enforcement = enforcement
@@ -143,6 +144,13 @@ class Launched:
                 pass
 
 
+class CheckHere(Protocol):
+    """The trusted pipeline a launcher's check is graded by (lumen_ex.harness.check.check_here)."""
+
+    def __call__(self, ex: Exercise, workspace: Path, learner_file: Path, launcher: Launcher, /, *, seed: int,
+                 device: str, select: str | None, warning: str) -> RunResult: ...
+
+
 class Backend(ABC):
     """One sandbox backend: how a check's untrusted code is kept away from the grader."""
 
@@ -167,7 +175,7 @@ class Backend(ABC):
 
     @abstractmethod
     def run_check(self, ex: Exercise, workspace: Path, learner_file: Path, *, seed: int, device: str,
-                  select: str | None, note: str, check_here: Callable) -> RunResult:
+                  select: str | None, note: str, check_here: CheckHere) -> RunResult:
         """Grade ``ex`` (the learner's ``learner_file`` in ``workspace``) with ``seed`` on ``device``.
 
         ``check_here`` is the trusted pipeline that grades in this process against workers this
@@ -179,7 +187,7 @@ class Launcher(Backend):
     """One way of starting a worker. Subclasses wrap the command; the plumbing is shared."""
 
     def run_check(self, ex: Exercise, workspace: Path, learner_file: Path, *, seed: int, device: str,
-                  select: str | None, note: str, check_here: Callable) -> RunResult:
+                  select: str | None, note: str, check_here: CheckHere) -> RunResult:
         return check_here(ex, workspace, learner_file, self, seed=seed, device=device, select=select, warning=note)
 
     @abstractmethod
@@ -243,7 +251,7 @@ class WorkerPipes:
     output (stdout and stderr). The worker's ends are ``theirs``; :meth:`hand_over` closes them here
     once the worker holds them, and returns the Launched that holds ours."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.req_r, self.req_w = os.pipe()
         self.rep_r, self.rep_w = os.pipe()
         self.out_r, self.out_w = os.pipe()
@@ -256,8 +264,8 @@ class WorkerPipes:
         for fd in (self.req_r, self.req_w, self.rep_r, self.rep_w, self.out_r, self.out_w):
             os.close(fd)
 
-    def hand_over(self, proc, enforcement: Enforcement, module_path: str, limits: dict[str, str],
-                  cleanup=None) -> Launched:
+    def hand_over(self, proc: Process, enforcement: Enforcement, module_path: str, limits: dict[str, str],
+                  cleanup: Callable[[], None] | None = None) -> Launched:
         for fd in self.theirs:
             os.close(fd)
         for fd in (self.req_w, self.rep_r, self.out_r):

@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 
 from lumen_ex.core.packs import pack_roots
@@ -25,6 +26,7 @@ from lumen_ex.sandbox.base import (
     Availability,
     Command,
     Launcher,
+    Runtime,
     WorkerSpec,
     inside_dir,
     python_runtime,
@@ -61,7 +63,7 @@ class BwrapLauncher(Launcher):
         zygote = zygote_argv(runtime.python, "/lumen", control_fd, list(runtime.extra_sites))
         return self._command(spec, runtime, zygote, "", zygote=True)
 
-    def _command(self, spec: WorkerSpec, runtime, program: list[str], module_path: str,
+    def _command(self, spec: WorkerSpec, runtime: Runtime, program: list[str], module_path: str,
                  zygote: bool = False) -> Command:
         binds = _Binds(staged=os.geteuid() == 0)
         try:
@@ -71,7 +73,7 @@ class BwrapLauncher(Launcher):
             raise
         return Command(binds.wrap(args), module_path, cleanup=binds.cleanup)
 
-    def _bwrap_args(self, spec: WorkerSpec, runtime, binds: _Binds, program: list[str], zygote: bool) -> list[str]:
+    def _bwrap_args(self, spec: WorkerSpec, runtime: Runtime, binds: _Binds, program: list[str], zygote: bool) -> list[str]:
         args = [
             "bwrap",
             "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
@@ -154,7 +156,7 @@ class _Binds:
 
     MOUNT_SCRIPT = 'while [ "$1" != "--" ]; do mount --bind "$1" "$2"; shift 2; done; shift; exec "$@"'
 
-    def __init__(self, staged: bool):
+    def __init__(self, staged: bool) -> None:
         self.staged = staged
         self.pairs: list[tuple[str, str]] = []
         # the pid in the name lets the next run remove a stage left by a kill -9 (src/lumen_ex/sandbox/leftovers.py)
@@ -162,7 +164,7 @@ class _Binds:
         if staged:
             os.chmod(self.stage, 0o755)
 
-    def source(self, path) -> str:
+    def source(self, path: str | os.PathLike[str]) -> str:
         """The path bwrap binds for ``path``: itself, or its staged copy (a bind mount) as root."""
         path = str(path)
         if not self.staged:
@@ -192,7 +194,7 @@ class _Binds:
             self.stage = ""
 
 
-def _grader_dirs(mounts) -> list[str]:
+def _grader_dirs(mounts: Collection[Path]) -> list[str]:
     """The installed lumen-ex package's folder (hidden suites, reference, harness) and every exercise
     pack in use outside it (an instructor's suites, references and corpora: LUMEN_EX_PATH,
     --exercises), when a mount would expose them: each is masked whole. One folder per tree, so no
@@ -202,7 +204,7 @@ def _grader_dirs(mounts) -> list[str]:
     return [str(f) for f in folders if any(f.is_relative_to(m) for m in mounts)]
 
 
-def _editable_hooks(mounts) -> list[str]:
+def _editable_hooks(mounts: Collection[Path]) -> list[str]:
     """The .pth and finder files an editable install of lumen-ex leaves in site-packages."""
     import site
 

@@ -19,6 +19,7 @@ import os
 import resource
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,7 +181,8 @@ class PeakWindow:
     5.19 there is no memory.peak at all.
     """
 
-    def __init__(self, how: str, read, close=lambda: None, *, exact: bool, before: int | None = None):
+    def __init__(self, how: str, read: Callable[[], int], close: Callable[[], None] = lambda: None, *, exact: bool,
+                 before: int | None = None) -> None:
         self.how, self._read, self._close, self.exact, self._before = how, read, close, exact, before
 
     @classmethod
@@ -271,7 +273,7 @@ def _own_path(controller: str) -> str:
     return "/"
 
 
-def _write(path: Path, value) -> None:
+def _write(path: Path, value: object) -> None:
     with open(path, "w") as f:
         f.write(str(value))
 

@@ -35,7 +35,7 @@ from lumen_ex.core.options import SEED_ENV, gpu_present
 from lumen_ex.core.results import RunResult, SandboxInfo, grader_error, join_notes
 from lumen_ex.image import engine as engine_mod
 from lumen_ex.image import tag as image
-from lumen_ex.sandbox.base import Availability, Backend
+from lumen_ex.sandbox.base import Availability, Backend, CheckHere
 from lumen_ex.sandbox.processes import kill, reap, signals_interrupt
 from lumen_ex.sandbox.result_document import DocumentError, read_document
 
@@ -52,7 +52,7 @@ GPU_INSTALL = ("install the NVIDIA container toolkit (https://docs.nvidia.com/da
                "container-toolkit/latest/install-guide.html) and restart docker, or use --sandbox bwrap")
 
 
-def probe():
+def probe() -> tuple[Availability, image.ImageStatus]:
     """Whether ``--sandbox docker`` can run here (the engine answers and the current image exists),
     with the image status behind the answer."""
     state = image.status()
@@ -114,7 +114,7 @@ class DockerSandbox(Backend):
     # -- one check ------------------------------------------------------------------------------
 
     def run_check(self, ex: Exercise, workspace: Path, learner_file: Path | None = None, *, seed: int, device: str,
-                  select: str | None = None, note: str = "", check_here=None) -> RunResult:
+                  select: str | None = None, note: str = "", check_here: CheckHere | None = None) -> RunResult:
         """Grade ``ex`` in ``workspace`` in a fresh container; always returns a validated result.
         (The container's own harness finds the learner's file; ``check_here`` is not needed.)"""
         started = time.monotonic()
@@ -257,7 +257,7 @@ def _run_container(argv: list[str], name: str, *, seed: int, limit: float) -> tu
     return False, f" (docker exited with code {code}{': ' + last if last else ''})"
 
 
-def _drain(stream, tail) -> None:
+def _drain(stream: io.BufferedIOBase, tail: collections.deque[bytes]) -> None:
     try:
         for chunk in iter(lambda: stream.read1(4096), b""):
             tail.append(chunk[-1024:])

@@ -42,8 +42,18 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from lumen_ex.image import engine as engine_mod
 from lumen_ex.sandbox import docker
-from lumen_ex.sandbox.base import WARM_FLAG, WORKER_ENV, Availability, Command, Launcher, WorkerPipes, WorkerSpec
+from lumen_ex.sandbox.base import (
+    WARM_FLAG,
+    WORKER_ENV,
+    Availability,
+    Command,
+    Launched,
+    Launcher,
+    WorkerPipes,
+    WorkerSpec,
+)
 from lumen_ex.sandbox.bwrap import module_path
 from lumen_ex.sandbox.cgroups import Enforcement
 from lumen_ex.sandbox.zygote import Zygote, ZygoteLauncher
@@ -173,8 +183,8 @@ class ContainerEnforcement(Enforcement):
                 for flag in ("--ulimit", f"{names[name]}={soft}:{hard}")]
 
     def out_of_memory(self) -> bool:
-        probe = docker.engine_mod.docker("container", "inspect", "--format", "{{.State.OOMKilled}}", self.name,
-                                         timeout=30)
+        probe = engine_mod.docker("container", "inspect", "--format", "{{.State.OOMKilled}}", self.name,
+                                  timeout=30)
         return probe.ok and probe.out.strip() == "true"
 
 
@@ -224,7 +234,7 @@ class DockerWorkerLauncher(Launcher):
         ]
         return Command(argv, module_path(spec), cwd="/", cleanup=lambda: docker.remove_container(enforcement.name))
 
-    def launch(self, spec: WorkerSpec):
+    def launch(self, spec: WorkerSpec) -> Launched:
         enforcement = self.enforcement(spec)
         cmd = self._command(spec, enforcement)
         pipes = WorkerPipes()

@@ -23,9 +23,22 @@ import subprocess
 import threading
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, Literal, NoReturn, Protocol, Self
 
 REAP_S = 10.0      # how long a killed process may take to be reaped
+Handler = Callable[[int, FrameType | None], Any] | int | None   # what signal.signal takes and returns
+
+
+class Process(Protocol):
+    """What these helpers use of a process: a subprocess.Popen, or a worker forked from a zygote
+    (src/lumen_ex/sandbox/forked_process.py)."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def returncode(self) -> int | None: ...
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
 
 
 def signal_group(pid: int, sig: int) -> bool:
@@ -51,7 +64,7 @@ def kill_group(pid: int) -> bool:
     return signal_group(pid, signal.SIGKILL)
 
 
-def reap(proc: subprocess.Popen, timeout: float = REAP_S) -> int | None:
+def reap(proc: Process, timeout: float = REAP_S) -> int | None:
     """Wait up to ``timeout`` seconds for ``proc``; its exit code, or None if it is still running."""
     try:
         return proc.wait(timeout=timeout)
@@ -59,13 +72,13 @@ def reap(proc: subprocess.Popen, timeout: float = REAP_S) -> int | None:
         return None
 
 
-def kill(proc: subprocess.Popen, timeout: float = REAP_S) -> int | None:
+def kill(proc: Process, timeout: float = REAP_S) -> int | None:
     """SIGKILL ``proc``'s process group (it leads one), then reap it."""
     kill_group(proc.pid)
     return reap(proc, timeout)
 
 
-def terminate(proc: subprocess.Popen) -> None:
+def terminate(proc: Process) -> None:
     """Ask ``proc``'s group to stop, if ``proc`` still runs: SIGTERM, then SIGCONT so that a stopped
     process can run its clean-up. Nothing is waited for (:func:`stop` waits)."""
     if proc.poll() is None:
@@ -73,7 +86,7 @@ def terminate(proc: subprocess.Popen) -> None:
             signal_group(proc.pid, sig)
 
 
-def stop(proc: subprocess.Popen, grace: float, timeout: float = REAP_S) -> int | None:
+def stop(proc: Process, grace: float, timeout: float = REAP_S) -> int | None:
     """Ask ``proc``'s group to stop (:func:`terminate`), give it ``grace`` seconds, then SIGKILL the
     group and reap it."""
     if proc.poll() is None:
@@ -82,7 +95,7 @@ def stop(proc: subprocess.Popen, grace: float, timeout: float = REAP_S) -> int |
     return kill(proc, timeout)
 
 
-def _raise_interrupt(signum, frame):
+def _raise_interrupt(signum: int, frame: FrameType | None) -> NoReturn:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -91,20 +104,20 @@ class _Handlers:
     Python lets no other thread set a handler, and there the block changes nothing). ``handler``
     replaces the class's own."""
 
-    SIGNALS: tuple[int, ...] = ()
-    HANDLER: Callable[[int, FrameType | None], Any] | int | None = signal.SIG_DFL   # what signal.signal takes
+    SIGNALS: tuple[signal.Signals, ...] = ()
+    HANDLER: Handler = signal.SIG_DFL   # what signal.signal takes
 
-    def __init__(self, handler=None):
+    def __init__(self, handler: Handler = None) -> None:
         self.handler = self.HANDLER if handler is None else handler
 
-    def __enter__(self):
-        self.saved = {}
+    def __enter__(self) -> Self:
+        self.saved: dict[signal.Signals, Handler] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
                 self.saved[sig] = signal.signal(sig, self.handler)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         for sig, handler in self.saved.items():
             signal.signal(sig, handler)
         return False

@@ -15,7 +15,7 @@ import math
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from lumen_ex.core.results import DIAGNOSIS_KINDS, SCHEMA_VERSION, RunResult, Status
 
@@ -37,7 +37,7 @@ class DocumentError(Exception):
     """The result document is missing or malformed; the message says what is wrong, in one line."""
 
 
-def read_document(path: Path, *, exercise: dict, seed: int, max_bytes: int = MAX_BYTES) -> RunResult:
+def read_document(path: Path, *, exercise: dict[str, Any], seed: int, max_bytes: int = MAX_BYTES) -> RunResult:
     """Open, size-check, parse and validate ``path``; return the result it holds."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -65,7 +65,7 @@ def read_document(path: Path, *, exercise: dict, seed: int, max_bytes: int = MAX
     return parse_document(b"".join(chunks), exercise=exercise, seed=seed)
 
 
-def parse_document(raw: bytes, *, exercise: dict, seed: int) -> RunResult:
+def parse_document(raw: bytes, *, exercise: dict[str, Any], seed: int) -> RunResult:
     try:
         data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -77,11 +77,11 @@ def parse_document(raw: bytes, *, exercise: dict, seed: int) -> RunResult:
         raise DocumentError(f"the result document does not fit the result record: {exc!r}") from None
 
 
-def _no_constant(name: str):
+def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
-def validate(data: Any, *, exercise: dict, seed: int) -> None:
+def validate(data: Any, *, exercise: dict[str, Any], seed: int) -> None:
     """Raise DocumentError naming the first field that is not as docs/result.schema.json says."""
     obj = _object(data, "the document", TOP_KEYS, TOP_KEYS | OPTIONAL_TOP_KEYS)
     if obj["schema_version"] != SCHEMA_VERSION:
@@ -166,7 +166,7 @@ def _test(data: Any, where: str) -> None:
             raise DocumentError(f"{where}.diagnosis.details must be an object")
 
 
-def _consistent(obj: dict) -> None:
+def _consistent(obj: dict[str, Any]) -> None:
     total = sum(t["score"] for t in obj["tests"])
     most = sum(t["max_score"] for t in obj["tests"])
     if abs(total - obj["score"]) > 1e-3 or abs(most - obj["max_score"]) > 1e-3:
@@ -181,7 +181,7 @@ def _consistent(obj: dict) -> None:
         raise DocumentError("status is fail, but no test failed")
 
 
-def _object(data: Any, where: str, required: set[str], allowed: set[str]) -> dict:
+def _object(data: Any, where: str, required: set[str], allowed: set[str]) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise DocumentError(f"{where} must be a JSON object")
     missing = sorted(required - data.keys())
@@ -207,7 +207,7 @@ def _text(value: Any, where: str) -> None:
         raise DocumentError(f"{where} must be a string of at most {MAX_TEXT} characters")
 
 
-def _enum(value: Any, where: str, allowed) -> None:
+def _enum(value: Any, where: str, allowed: tuple[str, ...]) -> None:
     if not isinstance(value, str) or value not in allowed:
         raise DocumentError(f"{where} is {str(value)[:40]!r}, not one of {', '.join(allowed)}")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from lumen_ex.core.errors import SandboxUnavailable
 from lumen_ex.core.results import join_notes
+from lumen_ex.image import engine as engine_mod
 from lumen_ex.sandbox import docker
 from lumen_ex.sandbox.base import Backend, Launcher
 from lumen_ex.sandbox.bwrap import BwrapLauncher
@@ -35,7 +36,7 @@ def select_backend(name: str) -> tuple[Backend, str]:
     """
     if name == "auto":
         note = ""
-        if docker.engine_mod.docker_binary() is not None:
+        if engine_mod.docker_binary() is not None:
             avail, state = docker.probe()
             if avail.ok:
                 return docker.DockerSandbox(state.ref), ""

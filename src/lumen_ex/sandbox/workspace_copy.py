@@ -16,17 +16,28 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Required, TypedDict
 
 WORKSPACE_FILES = 500       # folders, files and links
 WORKSPACE_BYTES = 32 << 20
 WORKSPACE_DEPTH = 8
 
 
+class CopyEntry(TypedDict, total=False):
+    """One entry of a copy: a folder, a link (``target``) or a regular file (``size``, ``mode``)."""
+
+    kind: Required[str]     # "dir", "link" or "file"
+    path: Required[str]     # relative to the copy's root
+    target: str
+    size: int
+    mode: int
+
+
 class ZygoteUnavailable(RuntimeError):
     """This launch cannot be a fork (the reason is the message); a fresh worker is started instead."""
 
 
-def workspace_copy(root: Path) -> tuple[list[dict], bytes]:
+def workspace_copy(root: Path) -> tuple[list[CopyEntry], bytes]:
     """The workspace's folders, regular files and links under ``root`` (folders first), and the
     files' bytes in the order they are listed.
 
@@ -39,7 +50,7 @@ def workspace_copy(root: Path) -> tuple[list[dict], bytes]:
         raise ZygoteUnavailable(f"the workspace could not be copied: {exc.strerror or exc}") from None
 
 
-def copy_digests(entries: list[dict], data: bytes) -> dict[str, str]:
+def copy_digests(entries: list[CopyEntry], data: bytes) -> dict[str, str]:
     """One copy as a digest per entry (its path to a hash of its kind, mode, link target and bytes):
     two copies with the same digests are the same."""
     digests, offset = {}, 0
@@ -61,7 +72,7 @@ class CopyRecord:
     graded: str = ""
 
     @classmethod
-    def of(cls, folder: Path, entries: list[dict], data: bytes, graded: Path | None) -> CopyRecord:
+    def of(cls, folder: Path, entries: list[CopyEntry], data: bytes, graded: Path | None) -> CopyRecord:
         skip = ""
         if graded is not None:
             try:
@@ -82,8 +93,8 @@ class CopyRecord:
         return now == self.digests
 
 
-def _copy(root: Path) -> tuple[list[dict], bytes]:
-    found: list[tuple[dict, bytes]] = []
+def _copy(root: Path) -> tuple[list[CopyEntry], bytes]:
+    found: list[tuple[CopyEntry, bytes]] = []
     total = 0
     pending = [(Path(root), "", 0)]
     while pending:

@@ -29,10 +29,11 @@ import struct
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import cast
+from typing import IO, Any, cast
 
-from lumen_ex.sandbox.base import WORKER_ENV, Availability, Launched, Launcher, WorkerPipes, WorkerSpec
+from lumen_ex.sandbox.base import WORKER_ENV, Availability, Command, Launched, Launcher, WorkerPipes, WorkerSpec
 from lumen_ex.sandbox.bwrap import SANDBOX_UID, BwrapLauncher, module_path
 from lumen_ex.sandbox.cgroups import Enforcement
 from lumen_ex.sandbox.forked_process import ForkedProcess
@@ -62,8 +63,9 @@ class Zygote:
     (a container cannot inherit a descriptor). ``cleanup`` runs after the process is killed (the
     container's removal, bwrap's stage)."""
 
-    def __init__(self, proc, log, uid: int, *, control: socket.socket | None = None,
-                 listener: socket.socket | None = None, enforcement: Enforcement | None = None, cleanup=None):
+    def __init__(self, proc: subprocess.Popen[bytes] | None, log: IO[bytes], uid: int, *,
+                 control: socket.socket | None = None, listener: socket.socket | None = None,
+                 enforcement: Enforcement | None = None, cleanup: Callable[[], None] | None = None) -> None:
         self.proc, self.log, self.uid = proc, log, uid
         self.control, self.listener = control, listener
         self.enforcement, self._cleanup = enforcement, cleanup
@@ -137,6 +139,7 @@ class Zygote:
         return control
 
     def alive(self) -> bool:
+        assert self.proc is not None     # set as soon as it is made (in_bwrap, docker_slot.py slot_zygote)
         return self.proc.poll() is None
 
     def fork(self, fds: tuple[int, int, int]) -> tuple[int, socket.socket]:
@@ -163,6 +166,8 @@ class Zygote:
             raise ZygoteUnavailable("the zygote did not fork in time")
         size = socket.CMSG_SPACE(struct.calcsize("3i"))
         message, ancillary, _, _ = channel.recvmsg(1, size)
+        pid: int
+        uid: int
         for level, kind, data in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and message == b"p":
                 pid, uid, _ = struct.unpack("3i", data[:struct.calcsize("3i")])
@@ -207,7 +212,7 @@ def _close_listener(listener: socket.socket) -> None:
             pass
 
 
-def send_setup(channel: socket.socket, setup: dict, data: bytes, timeout: float = FORK_S) -> None:
+def send_setup(channel: socket.socket, setup: dict[str, Any], data: bytes, timeout: float = FORK_S) -> None:
     """The worker's setup (its limits and workspace), length-prefixed JSON and then the files."""
     header = json.dumps(setup).encode()
     channel.settimeout(timeout)
@@ -238,7 +243,7 @@ class ZygoteLauncher(Launcher):
     name = BwrapLauncher.name
     isolated = True
 
-    def __init__(self, inner: Launcher):
+    def __init__(self, inner: Launcher) -> None:
         self.inner = inner
         self.zygote: Zygote | None = None
         self.failures = 0           # zygotes that would not start or died: after two, none more
@@ -254,7 +259,7 @@ class ZygoteLauncher(Launcher):
     def scratch(self, spec: WorkerSpec) -> dict[str, str]:
         return self.inner.scratch(spec)
 
-    def command(self, spec: WorkerSpec, fds: tuple[int, int]):
+    def command(self, spec: WorkerSpec, fds: tuple[int, int]) -> Command:
         return self.inner.command(spec, fds)
 
     def launch(self, spec: WorkerSpec) -> Launched:

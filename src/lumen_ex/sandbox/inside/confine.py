@@ -56,7 +56,7 @@ def unshare(flags: int) -> None:
 
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    def c(text):
+    def c(text: str | None) -> bytes | None:
         return None if text is None else text.encode()
 
     _check(_libc.mount(c(source), c(target), c(fstype), ctypes.c_ulong(flags), c(data)), f"mount {target}")
@@ -131,7 +131,7 @@ def _program() -> list[tuple[int, int, int, int]]:
         return labels[label] - at - 1
 
     # (code, jt, jf, k), with jumps to the return instructions at the end filled in below
-    body: list[tuple] = [
+    body: list[tuple[int, int | str, int | str, int]] = [
         (_LD_W_ABS, 0, 0, 4),                     # seccomp_data.arch
         (_JEQ_K, 1, 0, AUDIT_ARCH_X86_64),
         (_RET_K, 0, 0, _KILL),

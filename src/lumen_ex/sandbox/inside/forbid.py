@@ -30,24 +30,31 @@ import warnings
 
 import torch
 
+TYPE_CHECKING = False   # typing.TYPE_CHECKING, without importing typing here (as in worker.py)
+if TYPE_CHECKING:
+    import types
+    from collections.abc import Callable, Sequence
+    from importlib.machinery import ModuleSpec
+    from typing import Any, Literal, NoReturn
+
 # Dispatch keys a kernel may be registered at; a refusing kernel replaces each one an operator has.
 KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional",
         "CPU", "CUDA", "MPS", "XPU", "Meta", "QuantizedCPU", "QuantizedCUDA", "SparseCPU", "SparseCUDA")
 MAX_NAMES = 256          # names and kernels per load request: the header is the harness's, but bounded anyway
 
 called: list[str] = []   # the forbidden APIs the learner's code tried to call, in order
-_libraries: dict = {}    # namespace -> torch.library.Library: kept alive, or its kernels are dropped
+_libraries: dict[str, torch.library.Library] = {}    # namespace -> torch.library.Library: kept alive, or its kernels are dropped
 
 
 class ForbiddenAPIError(RuntimeError):
     """Raised by every refused name and kernel."""
 
 
-def disable(entries: list) -> list[str]:
+def disable(entries: list[dict[str, Any]]) -> list[str]:
     """Make every API of ``entries`` (``{"api", "names", "kernels"}`` dicts, core/forbidden.py
     ``ForbiddenAPI.to_wire``) unusable; returns what could not be found (for the record only: a
     name this torch lacks cannot be reached either)."""
-    missing = []
+    missing: list[str] = []
     for entry in list(entries)[:MAX_NAMES]:
         api = str(entry.get("api", ""))
         for dotted in [str(n) for n in entry.get("names", [])][:MAX_NAMES]:
@@ -59,10 +66,10 @@ def disable(entries: list) -> list[str]:
     return missing
 
 
-def refusal(api: str, what: str):
+def refusal(api: str, what: str) -> Callable[..., NoReturn]:
     """A function standing in for ``what`` (a name or kernel of ``api``) that refuses to run."""
 
-    def refused(*args, **kwargs):
+    def refused(*args: object, **kwargs: object) -> NoReturn:
         called.append(api)
         raise ForbiddenAPIError(f"{what} is not allowed in this exercise (it is, or calls, {api}): "
                                 "implement it yourself")
@@ -72,7 +79,7 @@ def refusal(api: str, what: str):
     return refused
 
 
-def _resolve(dotted: str):
+def _resolve(dotted: str) -> tuple[object, str, object] | Literal["later"] | None:
     """(owner, attribute name, current value) for a dotted name whose module is already imported;
     None when torch lacks it. A module not imported yet is never imported here (some take seconds):
     :class:`_OnImport` makes its names unusable when something imports it."""
@@ -115,7 +122,8 @@ class _OnImport:
             self.installed = True
         return True
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: types.ModuleType | None = None) -> ModuleSpec | None:
         if fullname not in self.pending:
             return None
         for finder in sys.meta_path:
@@ -126,12 +134,13 @@ class _OnImport:
                 loader, names = spec.loader, self.pending[fullname]
                 run = loader.exec_module
 
-                def exec_module(module, _run=run, _names=names):
+                def exec_module(module: types.ModuleType, _run: Callable[[types.ModuleType], None] = run,
+                                _names: list[str] = names) -> None:
                     _run(module)
                     for dotted in _names:
                         _replace(dotted, self.apis.get(dotted, dotted))
 
-                loader.exec_module = exec_module
+                loader.exec_module = exec_module  # type: ignore[method-assign]  # on purpose: this loader only
                 return spec
         return None
 
@@ -173,7 +182,7 @@ def _refuse_kernel(kernel: str, api: str) -> bool:
         return False
     library = _libraries.get(namespace)
     if library is None:
-        library = _libraries[namespace] = torch.library.Library(namespace, "IMPL")
+        library = _libraries[namespace] = torch.library.Library(namespace, "IMPL")  # type: ignore[no-untyped-call]  # torch's, unannotated
     refused = refusal(api, kernel)
     done = False
     for overload in overloads:
@@ -183,7 +192,7 @@ def _refuse_kernel(kernel: str, api: str) -> bool:
                 try:
                     with warnings.catch_warnings():     # "overriding a kernel": not the learner's output
                         warnings.simplefilter("ignore")
-                        library.impl(qualified, refused, key)
+                        library.impl(qualified, refused, key)  # type: ignore[no-untyped-call]  # (as above)
                     done = True
                 except RuntimeError:
                     pass

@@ -13,9 +13,11 @@ travel as a small JSON tree in which tensors are references into that list:
 This module is shared verbatim by both sides, so it imports only the standard library, torch and
 its siblings in this folder (the only files a sandbox sees: src/lumen_ex/sandbox/bwrap.py binds the
 folder at /lumen). The siblings are imported relatively, here and in the sandbox alike (worker.py
-imports this folder as a package by its path: ``_wire_module``). Here: writing frames and values (pack). The rest is in the siblings, and every name
-is re-exported from here: the fixed terms (caps, dtypes, ProtocolError, Opaque) in wire_limits.py,
-reading and validating in wire_decode.py, the checks of reply headers in wire_replies.py.
+imports this folder as a package by its path: ``_wire_module``). Here: writing frames and values
+(pack). The rest is in the siblings, and their public names (``__all__``) are re-exported from
+here: the fixed terms (caps, dtypes, ProtocolError, Opaque) in wire_limits.py, reading and
+validating in wire_decode.py. The checks of what a reply's header claims are the harness's alone
+(src/lumen_ex/harness/wire_replies.py), so they are not bound into a sandbox.
 Nothing here ever unpickles or evaluates what it reads: the receiving side accepts only strict
 JSON (no NaN, 64-bit ints, bounded nesting), allow-listed dtypes and bounded shapes (strides
 included), checks that each byte count matches its shape, caps every size before reading, treats
@@ -34,10 +36,9 @@ import os
 
 import torch
 
-from .wire_decode import (  # noqa: F401 (re-exported)
+from .wire_decode import (
     INT_LIMIT,
     FrameParser,
-    _check_spec,
     build_tensor,
     check_device_tag,
     header_length,
@@ -47,7 +48,7 @@ from .wire_decode import (  # noqa: F401 (re-exported)
     read_frame_blocking,
     unpack,
 )
-from .wire_limits import (  # noqa: F401 (re-exported)
+from .wire_limits import (
     DTYPE_NAMES,
     DTYPES,
     FRAME_LENGTH,
@@ -64,19 +65,27 @@ from .wire_limits import (  # noqa: F401 (re-exported)
     ProtocolError,
     clean_text,
 )
-from .wire_replies import (  # noqa: F401 (re-exported)
-    MAX_FRAMES,
-    MAX_PARAMS,
-    PARAM_KINDS,
-    check_elapsed,
-    check_error,
-    check_functions,
-    check_hello,
-    check_ok,
-)
+
+TYPE_CHECKING = False   # typing.TYPE_CHECKING, without importing typing here (as in worker.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    Describe = Callable[[torch.Tensor], Mapping[str, object]]
+
+__all__ = [
+    # this module's own
+    "encode_frame", "pack", "tensor_spec", "write_all",
+    # re-exported from wire_decode.py
+    "INT_LIMIT", "FrameParser", "build_tensor", "check_device_tag", "header_length", "is_meta_spec",
+    "loads_header", "parse_header", "read_frame_blocking", "unpack",
+    # re-exported from wire_limits.py
+    "DTYPE_NAMES", "DTYPES", "FRAME_LENGTH", "ITEMSIZE", "MAX_DEPTH", "MAX_DIMS", "MAX_FRAME_TENSOR_BYTES",
+    "MAX_HEADER_BYTES", "MAX_STRING", "MAX_TENSOR_BYTES", "MAX_TENSORS", "PROTOCOL_VERSION", "Opaque",
+    "ProtocolError", "clean_text",
+]
 
 
-def tensor_spec(t: torch.Tensor) -> tuple[dict, bytes]:
+def tensor_spec(t: torch.Tensor) -> tuple[dict[str, object], bytes]:
     """Describe a tensor for the header and return its C-contiguous CPU bytes."""
     name = DTYPE_NAMES.get(t.dtype)
     if name is None:
@@ -93,7 +102,7 @@ def tensor_spec(t: torch.Tensor) -> tuple[dict, bytes]:
     return {"dtype": name, "shape": list(plain.shape), "nbytes": len(raw)}, raw
 
 
-def encode_frame(header: dict, tensors: list[torch.Tensor] | tuple[()] = ()) -> bytes:
+def encode_frame(header: Mapping[str, object], tensors: list[torch.Tensor] | tuple[()] = ()) -> bytes:
     """Build one frame: the header gets a "tensors" list describing ``tensors``."""
     specs, blobs = [], []
     for t in tensors:
@@ -114,7 +123,8 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-def pack(value, tensors: list[torch.Tensor] | None = None, *, describe=None):
+def pack(value: object, tensors: list[torch.Tensor] | None = None, *,
+         describe: Describe | None = None) -> tuple[object, list[torch.Tensor]]:
     """Turn a Python value into a JSON tree, appending its tensors to ``tensors``.
 
     ``describe(t)`` may return extra advisory fields to store beside a tensor reference
@@ -125,13 +135,13 @@ def pack(value, tensors: list[torch.Tensor] | None = None, *, describe=None):
     return _pack(value, tensors, describe, 0), tensors
 
 
-def _pack(value, tensors, describe, depth):
+def _pack(value: object, tensors: list[torch.Tensor], describe: Describe | None, depth: int) -> object:
     if depth > MAX_DEPTH:
         return {"$object": "nested too deeply"}
     if isinstance(value, torch.Tensor):
         if value.dtype not in DTYPE_NAMES or value.is_sparse or value.is_quantized:
             return {"$object": f"torch.Tensor of {value.dtype} ({value.layout})"}
-        ref = {"$tensor": len(tensors)}
+        ref: dict[str, object] = {"$tensor": len(tensors)}
         if describe is not None:
             ref.update(describe(value))
         tensors.append(value)
@@ -146,7 +156,7 @@ def _pack(value, tensors, describe, depth):
         return value if math.isfinite(value) else {"$float": repr(value)}
     if isinstance(value, torch.device):
         return {"$device": str(value)}
-    if type(value) in (tuple, list):
+    if type(value) is tuple or type(value) is list:
         key = "$tuple" if type(value) is tuple else "$list"
         if len(value) > MAX_TENSORS:
             return {"$object": f"{type(value).__name__} of length {len(value)}"}

@@ -35,6 +35,14 @@ from .wire_limits import (
     clean_text,
 )
 
+TYPE_CHECKING = False   # typing.TYPE_CHECKING, without importing typing here (as in worker.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, NoReturn
+
+    Spec = tuple[torch.dtype, tuple[int, ...], int]        # a checked tensor spec: dtype, shape, nbytes
+    OnTensor = Callable[[torch.Tensor, dict[str, Any]], object]
+
 INT_LIMIT = 2**63                 # ints on the wire are 64-bit, as pack() sends them
 # A device as the worker may name it: the CPU, or a CUDA device with a plausible index.
 _DEVICE_TAG = re.compile(r"cpu|meta|cuda(:[0-9]|:1[0-5])?")
@@ -44,13 +52,13 @@ def header_length(prefix: bytes) -> int:
     """The header length announced by a frame's 4-byte prefix, checked against the cap."""
     if len(prefix) != FRAME_LENGTH.size:
         raise ProtocolError("a frame's length prefix is not 4 bytes")
-    (n,) = FRAME_LENGTH.unpack(prefix)
+    n: int = FRAME_LENGTH.unpack(prefix)[0]
     if n == 0 or n > MAX_HEADER_BYTES:
         raise ProtocolError(f"header length {n} is outside 1..{MAX_HEADER_BYTES}")
     return n
 
 
-def _reject_constant(name: str):
+def _reject_constant(name: str) -> NoReturn:
     raise ProtocolError(f"header holds {name}, which is not JSON")
 
 
@@ -70,7 +78,7 @@ def _parse_float(text: str) -> float:
     return value
 
 
-def loads_header(raw: bytes) -> dict:
+def loads_header(raw: bytes) -> dict[str, Any]:
     """Strict JSON: an object, no NaN or Infinity, ints within 64 bits, bounded nesting."""
     try:
         header = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, parse_int=_parse_int,
@@ -84,7 +92,7 @@ def loads_header(raw: bytes) -> dict:
     return header
 
 
-def parse_header(raw: bytes) -> tuple[dict, list[tuple[torch.dtype, tuple[int, ...], int]]]:
+def parse_header(raw: bytes) -> tuple[dict[str, Any], list[Spec]]:
     """Parse and validate a header; return it with the checked (dtype, shape, nbytes) specs."""
     header = loads_header(raw)
     specs = header.get("tensors", [])
@@ -97,7 +105,7 @@ def parse_header(raw: bytes) -> tuple[dict, list[tuple[torch.dtype, tuple[int, .
     return header, checked
 
 
-def _check_spec(spec) -> tuple[torch.dtype, tuple[int, ...], int]:
+def _check_spec(spec: object) -> Spec:
     """One tensor's (dtype, shape, nbytes): an allow-listed dtype, a bounded shape, exact bytes."""
     if not isinstance(spec, dict):
         raise ProtocolError("tensor spec is not an object")
@@ -117,7 +125,7 @@ def _check_spec(spec) -> tuple[torch.dtype, tuple[int, ...], int]:
     return DTYPES[name], tuple(shape), nbytes
 
 
-def is_meta_spec(spec) -> bool:
+def is_meta_spec(spec: object) -> bool:
     """Whether a (checked) tensor spec announces a meta tensor: shape and dtype, no bytes."""
     return isinstance(spec, dict) and spec.get("device") == "meta"
 
@@ -145,7 +153,7 @@ def build_tensor(dtype: torch.dtype, shape: tuple[int, ...], raw: bytes) -> torc
         raise ProtocolError(f"tensor of shape {list(shape)} cannot be built: {type(exc).__name__}") from None
 
 
-def check_device_tag(tag, allowed: frozenset[str] | None = None) -> str:
+def check_device_tag(tag: object, allowed: frozenset[str] | None = None) -> str:
     """A device the worker names (advisory: the harness keeps every tensor it rebuilds on its own
     CPU). It must be ``cpu`` or ``cuda[:N]``, and, when ``allowed`` is given, of a type in it (the
     types the harness put the call on: a CPU run's sandbox has no GPU to put anything on)."""
@@ -159,8 +167,8 @@ def check_device_tag(tag, allowed: frozenset[str] | None = None) -> str:
 _MARKERS = ("$tensor", "$tuple", "$list", "$float", "$device", "$object")
 
 
-def unpack(tree, tensors: list[torch.Tensor], *, on_tensor=None, devices: frozenset[str] | None = None,
-           depth: int = 0):
+def unpack(tree: object, tensors: list[torch.Tensor], *, on_tensor: OnTensor | None = None,
+           devices: frozenset[str] | None = None, depth: int = 0) -> Any:
     """Rebuild a value from a JSON tree; every tensor reference must be in range.
 
     ``on_tensor(t, ref)`` may wrap or annotate each tensor with the advisory fields of its ref
@@ -187,7 +195,8 @@ def unpack(tree, tensors: list[torch.Tensor], *, on_tensor=None, devices: frozen
     raise ProtocolError("value is not a valid tree")
 
 
-def _unpack_marked(key: str, tree: dict, tensors, on_tensor, devices, depth: int):
+def _unpack_marked(key: str, tree: dict[str, Any], tensors: list[torch.Tensor], on_tensor: OnTensor | None,
+                   devices: frozenset[str] | None, depth: int) -> Any:
     """One ``{"$kind": ...}`` node of a tree (see wire's docstring)."""
     item = tree[key]
     if key == "$tensor":
@@ -222,14 +231,14 @@ class FrameParser:
     def __init__(self) -> None:
         self._buf = bytearray()
         self._need_header: int | None = None
-        self._pending: tuple[dict, list] | None = None
+        self._pending: tuple[dict[str, Any], list[Spec]] | None = None
         self.broken: str | None = None
 
     def feed(self, data: bytes) -> None:
         if self.broken is None:
             self._buf += data
 
-    def next_frame(self) -> tuple[dict, list[torch.Tensor]] | None:
+    def next_frame(self) -> tuple[dict[str, Any], list[torch.Tensor]] | None:
         """Return (header, tensors) when a whole frame is buffered, else None; ProtocolError, and
         nothing else, for an invalid one."""
         if self.broken is not None:
@@ -242,7 +251,7 @@ class FrameParser:
             self._buf, self._pending, self._need_header = bytearray(), None, None
             raise ProtocolError(detail) from None
 
-    def _next_frame(self) -> tuple[dict, list[torch.Tensor]] | None:
+    def _next_frame(self) -> tuple[dict[str, Any], list[torch.Tensor]] | None:
         if self._pending is None:
             if self._need_header is None:
                 if len(self._buf) < 4:
@@ -259,7 +268,8 @@ class FrameParser:
         body = sum(n for _, _, n in specs)
         if len(self._buf) < body:
             return None
-        tensors, offset = [], 0
+        tensors: list[torch.Tensor] = []
+        offset = 0
         for spec, (dtype, shape, n) in zip(header.get("tensors") or [], specs):
             if is_meta_spec(spec):             # validated as holding no bytes (_check_spec)
                 tensors.append(torch.empty(shape, dtype=dtype, device="meta"))
@@ -280,7 +290,7 @@ class FrameParser:
         return bool(self._buf) or self._need_header is not None or self._pending is not None
 
 
-def read_frame_blocking(fd: int, parser: FrameParser) -> tuple[dict, list[torch.Tensor]]:
+def read_frame_blocking(fd: int, parser: FrameParser) -> tuple[dict[str, Any], list[torch.Tensor]]:
     """Block until one whole frame has arrived on ``fd`` (the worker's side of the pipe)."""
     while True:
         frame = parser.next_frame()

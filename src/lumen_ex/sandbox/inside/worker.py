@@ -27,19 +27,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE = "lumen_inside"   # the name this folder is imported under inside the sandbox (see _wire_module)
 TYPE_CHECKING = False   # typing.TYPE_CHECKING, read by the type checker, without importing typing here
 if TYPE_CHECKING:
+    import types
     from collections.abc import Sequence
     from typing import Any
 
     import torch
 
-    from . import forbid, wire
+    from . import forbid, wire, work_counter
 else:
-    wire = forbid = torch = None  # imported in main(), once the extra site folders are on sys.path
+    wire = forbid = work_counter = torch = None  # imported in prepare(), once the extra site folders are on sys.path
 
 LEARNER_DIRS: list[str] = []
 
 
-def _wire_module():
+def _wire_module() -> types.ModuleType:
     """wire.py from this folder, imported as a submodule of the folder made a package by its path
     (``lumen_inside``), so that wire and its parts use the same relative imports here as in the
     harness (``lumen_ex.sandbox.inside``). Nothing is put on sys.path, and no folder above this one
@@ -48,6 +49,7 @@ def _wire_module():
 
     spec = importlib.util.spec_from_file_location(PACKAGE, os.path.join(HERE, "__init__.py"),
                                                   submodule_search_locations=[HERE])
+    assert spec is not None and spec.loader is not None   # always, for a path ending in .py
     package = importlib.util.module_from_spec(spec)
     sys.modules[PACKAGE] = package
     spec.loader.exec_module(package)
@@ -93,9 +95,10 @@ def prepare(extra_sites: list[str], warm: bool) -> None:
     """Import the wire format and torch (and, when ``warm``, its meta kernels): all a worker does
     before it knows its learner. The zygote (zygote.py) does it once and forks workers from there."""
     sys.path.extend(extra_sites)
-    global wire, forbid, torch
+    global wire, forbid, work_counter, torch
     wire = _wire_module()
     forbid = importlib.import_module(f"{PACKAGE}.forbid")   # forbid.py: the worker's layer against forbidden APIs
+    work_counter = importlib.import_module(f"{PACKAGE}.work_counter")   # work_counter.py: a call's count_ops
     import torch
 
     if warm:
@@ -107,8 +110,9 @@ def serve(req_fd: int, rep_fd: int) -> int:
     send(rep_fd, {"hello": True, "protocol": wire.PROTOCOL_VERSION, "pid": os.getpid(),
                   "torch": torch.__version__, "cuda": torch.cuda.is_available()})
     parser = wire.FrameParser()
-    module = None
+    module: types.ModuleType | None = None
     reply: dict[str, object]
+    out: list[torch.Tensor]
     while True:
         try:
             header, tensors = wire.read_frame_blocking(req_fd, parser)
@@ -141,11 +145,11 @@ def serve(req_fd: int, rep_fd: int) -> int:
         wire.write_all(rep_fd, frame)
 
 
-def send(fd: int, header: dict, tensors: Sequence[torch.Tensor] = ()) -> None:
+def send(fd: int, header: dict[str, object], tensors: Sequence[torch.Tensor] = ()) -> None:
     wire.write_all(fd, wire.encode_frame(header, list(tensors)))
 
 
-def load(header: dict, tensors: Sequence[torch.Tensor] = ()):
+def load(header: dict[str, Any], tensors: Sequence[torch.Tensor] = ()) -> types.ModuleType:
     path, name = str(header["path"]), str(header["module"])
     source = None
     if header.get("source") == "tensor" and tensors:   # the harness's snapshot of the file
@@ -157,7 +161,7 @@ def load(header: dict, tensors: Sequence[torch.Tensor] = ()):
     return import_exact(name, os.path.join(path, name + ".py"), source)
 
 
-def import_exact(name: str, file: str, source: bytes | None = None):
+def import_exact(name: str, file: str, source: bytes | None = None) -> types.ModuleType:
     """Import the learner's module from exactly ``source``, the bytes the harness read once when
     the check began and scanned for forbidden APIs (src/lumen_ex/core/snapshot.py, src/lumen_ex/harness/source_scan.py),
     named ``file`` in tracebacks; from ``file`` itself only when no bytes were sent. Not through the
@@ -179,7 +183,7 @@ def import_exact(name: str, file: str, source: bytes | None = None):
     return module
 
 
-def describe_functions(module, names: list) -> dict:
+def describe_functions(module: types.ModuleType, names: list[object]) -> dict[object, dict[str, Any] | None]:
     found: dict[object, dict[str, Any] | None] = {}
     for name in names:
         if (fn := getattr(module, str(name), None)) is None:
@@ -196,14 +200,15 @@ def describe_functions(module, names: list) -> dict:
     return found
 
 
-def call(module, header: dict, tensors: list):
+def call(module: types.ModuleType, header: dict[str, Any],
+         tensors: list[torch.Tensor]) -> tuple[dict[str, object], list[torch.Tensor]]:
     fn = getattr(module, str(header.get("fn")), None)
     if fn is None:
         raise AttributeError(f"{module.__name__} has no function {header.get('fn')!r}")
     device = torch.device(str(header.get("device", "cpu")))
     placed = [t.to(device) for t in tensors]
 
-    def place(t, ref):
+    def place(t: torch.Tensor, ref: dict[str, Any]) -> torch.Tensor:
         if ref.get("noncontiguous") and t.numel() > 1:
             # Same values, stored with the axes in reverse order (like a tensor after a transpose or
             # a head split): no two axes can be merged, so any .view() that reshapes fails, as it
@@ -223,7 +228,7 @@ def call(module, header: dict, tensors: list):
         for i in grad["wrt"]:
             args[i] = args[i].detach().requires_grad_(True)
 
-    counter = WorkCounter() if header.get("count_ops") else None
+    counter = work_counter.WorkCounter() if header.get("count_ops") else None
     del forbid.called[:]
     if counter is not None:
         with counter:
@@ -231,9 +236,9 @@ def call(module, header: dict, tensors: list):
     else:
         result = fn(*args, **kwargs)
 
-    out: list = []
+    out: list[torch.Tensor] = []
     with torch._C.DisableTorchFunctionSubclass():
-        reply = {"ok": True, "result": wire.pack(result, out, describe=describe_tensor)[0]}
+        reply: dict[str, object] = {"ok": True, "result": wire.pack(result, out, describe=describe_tensor)[0]}
     if forbid.called:   # caught by the learner's code, yet tried: in the order first called
         reply["forbidden"] = list(dict.fromkeys(forbid.called))[:wire.MAX_TENSORS]
     if counter is not None:
@@ -245,7 +250,8 @@ def call(module, header: dict, tensors: list):
     return reply, out
 
 
-def gradients(result, inputs: list, seeds: list, placed: list, out: list):
+def gradients(result: object, inputs: list[torch.Tensor], seeds: list[object], placed: list[torch.Tensor],
+              out: list[torch.Tensor]) -> dict[str, object]:
     """Gradients of the returned tensors with respect to ``inputs``, for given upstream seeds."""
     items = list(result) if isinstance(result, (tuple, list)) else [result]
     loss: torch.Tensor | int = 0
@@ -262,14 +268,14 @@ def gradients(result, inputs: list, seeds: list, placed: list, out: list):
     return {"grads": wire.pack(tuple(grads), out)[0]}
 
 
-def describe_tensor(t) -> dict:
+def describe_tensor(t: torch.Tensor) -> dict[str, object]:
     cls = type(t)
     return {"pytype": f"{cls.__module__}.{cls.__qualname__}", "device": str(t.device),
             "requires_grad": bool(t.requires_grad), "grad_fn": t.grad_fn is not None,
             "contiguous": bool(t.is_contiguous())}
 
 
-def describe_exception(exc: BaseException) -> dict:
+def describe_exception(exc: BaseException) -> dict[str, object]:
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if any(os.path.realpath(f.filename).startswith(d) for d in LEARNER_DIRS)]
     where = [{"file": os.path.basename(f.filename), "line": f.lineno, "function": f.name,
@@ -287,48 +293,6 @@ def flush_learner_streams() -> None:
             stream.flush()
         except Exception:  # noqa: BLE001  a learner may have replaced or closed them
             pass
-
-
-class WorkCounter:
-    """Counts the elements every tensor op produces, and the largest single intermediate.
-
-    Backend-agnostic (FlopCounterMode misses CPU SDPA and broadcast-multiply-sum attention).
-    """
-
-    def __init__(self):
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        counter = self
-
-        class _Mode(TorchDispatchMode):
-            _should_skip_dynamo = classmethod(lambda cls: False)  # else first use imports torch._dynamo (1.5 s)
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                result = func(*args, **(kwargs or {}))
-                for t in result if isinstance(result, (tuple, list)) else (result,):
-                    if isinstance(t, torch.Tensor):
-                        counter.record(str(func.overloadpacket.__name__), t)
-                return result
-
-        self.mode = _Mode()
-        self.total, self.ops, self.largest, self.largest_op, self.largest_shape = 0, 0, 0, "", []
-
-    def record(self, op: str, t) -> None:
-        n = t.numel()
-        self.total += n
-        self.ops += 1
-        if n > self.largest:
-            self.largest, self.largest_op, self.largest_shape = n, op, list(t.shape)
-
-    def __enter__(self):
-        self.mode.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self.mode.__exit__(*exc)
-
-    def summary(self) -> dict:
-        return {"total_elements": self.total, "ops": self.ops, "largest": self.largest,
-                "largest_op": self.largest_op, "largest_shape": self.largest_shape}
 
 
 if __name__ == "__main__":

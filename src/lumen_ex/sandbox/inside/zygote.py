@@ -53,9 +53,13 @@ SETUP_DATA_CAP = 64 << 20       # bytes of the files that follow it
 LENGTH = struct.Struct(">I")
 SCRATCH = ("/tmp", "/dev/shm")  # a worker's only writable folders (each its own tmpfs)
 NAMESPACES = 0                  # set in main(): confine.CLONE_NEW{NS,PID,IPC,NET,UTS}
+TYPE_CHECKING = False   # typing.TYPE_CHECKING, without importing typing here (as in worker.py)
+if TYPE_CHECKING:
+    import types
+    from typing import Any
 
 
-def _inside_module(name: str):
+def _inside_module(name: str) -> types.ModuleType:
     """A file of this folder as a module, by its path (nothing is put on sys.path)."""
     spec = importlib.util.spec_from_file_location(f"lumen_{name}", os.path.join(HERE, f"{name}.py"))
     assert spec is not None and spec.loader is not None   # always, for a path ending in .py
@@ -64,7 +68,10 @@ def _inside_module(name: str):
     return module
 
 
-confine = _inside_module("confine")
+if TYPE_CHECKING:
+    from . import confine
+else:
+    confine = _inside_module("confine")
 
 
 def main(argv: list[str]) -> int:
@@ -142,7 +149,8 @@ def _reap() -> None:
             return
 
 
-def _first_child(worker, request_fd: int, reply_fd: int, output_fd: int, channel_fd: int, sites: list) -> None:
+def _first_child(worker: types.ModuleType, request_fd: int, reply_fd: int, output_fd: int, channel_fd: int,
+                 sites: list[str]) -> None:
     uid, gid = os.getuid(), os.getgid()
     confine.unshare(NAMESPACES)
     if NAMESPACES & confine.CLONE_NEWUSER:
@@ -157,7 +165,8 @@ def _first_child(worker, request_fd: int, reply_fd: int, output_fd: int, channel
     _init(worker, request_fd, reply_fd, output_fd, socket.socket(fileno=channel_fd), sites)
 
 
-def _init(worker, request_fd: int, reply_fd: int, output_fd: int, channel: socket.socket, sites: list) -> None:
+def _init(worker: types.ModuleType, request_fd: int, reply_fd: int, output_fd: int, channel: socket.socket,
+          sites: list[str]) -> None:
     os.setsid()                                     # its own process group: the harness kills it whole
     signal.signal(signal.SIGINT, signal.SIG_DFL)    # an init ignores every signal it has no handler for
     channel.sendall(b"p")                           # the harness reads this one with our pid
@@ -204,11 +213,11 @@ def _read_exactly(channel: socket.socket, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def _read_setup(channel: socket.socket) -> dict:
+def _read_setup(channel: socket.socket) -> dict[str, Any]:
     (size,) = LENGTH.unpack(_read_exactly(channel, LENGTH.size))
     if size > SETUP_HEADER_CAP:
         raise ValueError("setup header too large")
-    setup = json.loads(_read_exactly(channel, size))
+    setup: dict[str, Any] = json.loads(_read_exactly(channel, size))
     total = sum(int(e.get("size", 0)) for e in setup["entries"] if e["kind"] == "file")
     if total > SETUP_DATA_CAP:
         raise ValueError("workspace too large")
@@ -216,7 +225,7 @@ def _read_setup(channel: socket.socket) -> dict:
     return setup
 
 
-def _build_file_system(setup: dict) -> None:
+def _build_file_system(setup: dict[str, Any]) -> None:
     c = confine
     c.mount(None, "/", None, c.MS_REC | c.MS_PRIVATE)        # nothing below propagates anywhere
     c.mount("proc", "/proc", "proc", c.MS_NOSUID | c.MS_NODEV | c.MS_NOEXEC)   # this namespace's processes
@@ -239,7 +248,7 @@ def _build_file_system(setup: dict) -> None:
             c.remount_read_only(point, options)
 
 
-def _write_workspace(entries: list, data: bytes) -> None:
+def _write_workspace(entries: list[dict[str, Any]], data: bytes) -> None:
     """The learner's workspace as the harness read it: folders, files and links, in that order."""
     offset = 0
     for entry in entries:
@@ -259,8 +268,8 @@ def _write_workspace(entries: list, data: bytes) -> None:
             os.chmod(path, 0o755 if int(entry.get("mode", 0)) & 0o111 else 0o644)
 
 
-def _worker(worker, request_fd: int, reply_fd: int, output_fd: int, channel: socket.socket, setup: dict,
-            sites: list) -> None:
+def _worker(worker: types.ModuleType, request_fd: int, reply_fd: int, output_fd: int, channel: socket.socket,
+            setup: dict[str, Any], sites: list[str]) -> None:
     import resource
 
     channel.close()

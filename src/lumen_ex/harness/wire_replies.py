@@ -1,15 +1,18 @@
 """The harness's checks of the worker's reply headers: the hello, ``ok``, the timing, a learner's
 error and the load reply's function table.
 
-Part of ``wire`` (see its docstring). Every field of a reply is a claim of the worker: each check
-here returns plain, checked values of the right types and sizes, or raises ProtocolError. Like
-every file of this folder it runs inside the sandbox too (bound there with the rest of the format),
-so it imports only the standard library and its siblings.
+The frames themselves are ``lumen_ex.sandbox.inside.wire`` (shared by both sides); what a reply's
+header says is read here, on the trusted side only: the worker never checks its own replies, so
+this file is not bound into a sandbox. Every field of a reply is a claim of the worker: each check
+here returns plain, checked values of the right types and sizes, or raises ``wire.ProtocolError``.
 """
 
 from __future__ import annotations
 
-from .wire_limits import PROTOCOL_VERSION, ProtocolError, clean_text
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+from lumen_ex.sandbox.inside.wire_limits import PROTOCOL_VERSION, ProtocolError, clean_text
 
 MAX_PARAMS = 256                  # parameters of one function in the load reply's table
 MAX_FRAMES = 16                   # traceback entries of one learner error
@@ -17,11 +20,19 @@ PARAM_KINDS = frozenset({"POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD", "VAR_POSITI
                          "VAR_KEYWORD"})
 
 
-def check_hello(header: dict) -> dict:
+class HelloClaim(TypedDict):
+    """What a worker's hello says of it, checked."""
+
+    torch: str
+    cuda: bool
+
+
+def check_hello(header: Mapping[str, object]) -> HelloClaim:
     """The worker's first frame: ``{"hello": true, "protocol": 1, "torch": "2.x", "cuda": bool}``."""
     if header.get("hello") is not True:
         raise ProtocolError("the first frame is not a hello")
-    if type(header.get("protocol")) is not int or header["protocol"] != PROTOCOL_VERSION:
+    protocol = header.get("protocol")
+    if type(protocol) is not int or protocol != PROTOCOL_VERSION:
         raise ProtocolError("the hello names another protocol version")
     version, cuda = header.get("torch"), header.get("cuda")
     if type(version) is not str or type(cuda) is not bool:
@@ -29,7 +40,7 @@ def check_hello(header: dict) -> dict:
     return {"torch": clean_text(version, 40), "cuda": cuda}
 
 
-def check_ok(header: dict) -> bool:
+def check_ok(header: Mapping[str, object]) -> bool:
     """A reply's ``ok`` flag: exactly true or false."""
     ok = header.get("ok")
     if type(ok) is not bool:
@@ -37,15 +48,15 @@ def check_ok(header: dict) -> bool:
     return ok
 
 
-def check_elapsed(header: dict) -> float:
+def check_elapsed(header: Mapping[str, object]) -> float:
     """The worker's own timing of a call (advisory): a finite, non-negative number of seconds."""
     value = header.get("elapsed", 0.0)
-    if type(value) not in (int, float) or not 0 <= value < 1e7:
+    if not (type(value) in (int, float) and isinstance(value, (int, float)) and 0 <= value < 1e7):
         raise ProtocolError("the reply's 'elapsed' is not a number of seconds")
     return float(value)
 
 
-def check_error(error) -> dict:
+def check_error(error: object) -> dict[str, Any]:
     """A learner's exception as the worker describes it: a claim, of which only text is kept."""
     if not isinstance(error, dict):
         raise ProtocolError("the reply's 'error' is not an object")
@@ -61,7 +72,7 @@ def check_error(error) -> dict:
             "where": [_check_frame(f) for f in where], "syntax_line": line}
 
 
-def _check_frame(frame) -> dict:
+def _check_frame(frame: object) -> dict[str, Any]:
     if not isinstance(frame, dict):
         raise ProtocolError("a traceback entry is not an object")
     file, line, function, code = (frame.get(k) for k in ("file", "line", "function", "code"))
@@ -72,7 +83,7 @@ def _check_frame(frame) -> dict:
             "code": clean_text(code or "", 200)}
 
 
-def check_functions(table, names: list[str]) -> dict[str, dict | None]:
+def check_functions(table: object, names: list[str]) -> dict[str, dict[str, Any] | None]:
     """The load reply's function table: exactly one entry per function asked for, each None (not
     defined) or ``{"callable": bool, "params": None | [{"name", "kind", "default"}, ...]}``."""
     if not isinstance(table, dict) or set(table) != set(names):
@@ -80,7 +91,7 @@ def check_functions(table, names: list[str]) -> dict[str, dict | None]:
     return {name: _check_function(table[name]) for name in names}
 
 
-def _check_function(entry) -> dict | None:
+def _check_function(entry: object) -> dict[str, Any] | None:
     if entry is None:
         return None
     if not isinstance(entry, dict) or type(entry.get("callable")) is not bool:
@@ -93,7 +104,7 @@ def _check_function(entry) -> dict | None:
     return {"callable": entry["callable"], "params": [_check_param(p) for p in params]}
 
 
-def _check_param(param) -> dict:
+def _check_param(param: object) -> dict[str, Any]:
     if not isinstance(param, dict):
         raise ProtocolError("a parameter is not an object")
     name, kind, default = param.get("name"), param.get("kind"), param.get("default")
