@@ -22,6 +22,24 @@ Everything an exercise author needs, under stable names (docs/authoring.md walks
 The fixtures a suite's tests take (``submission``, ``seed``, ``device``, ``cuda``) and the
 ``@pytest.mark.group("name")`` marker that gives a test its scoring group come from the harness's
 pytest plugin (src/lumen_ex/harness/plugin.py).
+
+Example, a whole test as exercise 1's suite writes it (the test's docstring is its name for the learner)::
+
+    import pytest
+    import torch
+    from lumen_ex.author import Expected, exercise, expect, inputs
+
+    ref = exercise(__file__).reference
+
+    @pytest.mark.group("values")
+    def test_values(submission, seed, device):
+        "values match the reference (float32)"
+        case = inputs.attention_case(seed)                        # seeded float64 q, k, v; no mask
+        result = submission.call("scaled_dot_product_attention", case.cast(torch.float32), device=device)
+        out, _ = expect.returns(result.value, ("output", "weights"), "scaled_dot_product_attention")
+        exp_out, _ = ref.scaled_dot_product_attention(case.q, case.k, case.v)      # float64, on the CPU
+        expect.tensors([Expected(out, exp_out, "output", case.axes("L_q", "d_v"))],
+                       sizes=case.sizes, dtype=torch.float32, device=device)
 """
 
 from __future__ import annotations
@@ -47,7 +65,12 @@ from lumen_ex.harness.proxy import CallResult, meta
 
 
 class Exercise:
-    """An exercise folder's Python files, as attributes: ``.reference``, ``.mistakes``, ``.folder``."""
+    """An exercise folder's Python files, as attributes: ``.reference``, ``.mistakes``, ``.folder``.
+
+    Example::
+
+        here = exercise(__file__)
+        ref, mistakes = here.reference, here.mistakes        # reference.py and mistakes.py, imported by path"""
 
     def __init__(self, folder: Path):
         self.folder = folder
@@ -61,7 +84,12 @@ class Exercise:
 def exercise(file: str | Path, other: str | None = None) -> Exercise:
     """The exercise that ``file`` (a suite's or mistakes.py's ``__file__``) belongs to; with ``other``
     (a folder name such as ``"02-kv-cache"``), that exercise of the same pack instead (exercise 3's
-    suite continues exercise 2's decode_step with its reference)."""
+    suite continues exercise 2's decode_step with its reference).
+
+    Example::
+
+        ref = exercise(__file__).reference
+        ref_kv = exercise(__file__, "02-kv-cache").reference     # exercise 3's suite, for the decode steps"""
     folder = exercise_folder(file)
     if other is not None:
         if not other or "/" in other or other.startswith("."):

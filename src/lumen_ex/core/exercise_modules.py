@@ -70,7 +70,12 @@ def exercise_folder(file: str | Path) -> Path:
 
 def sibling(file: str | Path, name: str) -> ModuleType:
     """Module ``name`` of the exercise that ``file`` belongs to, e.g. ``sibling(__file__, "reference")``
-    from a hidden suite; ``sibling(__file__, "suite/cases")`` for a helper module of the suite."""
+    from a hidden suite; ``sibling(__file__, "suite/cases")`` for a helper module of the suite.
+
+    Example (exercise 6's suite and its suite/cases.py)::
+
+        cases = sibling(__file__, "suite/cases")
+        case = cases.paged_case(seed)                # a function of the helper module"""
     folder = exercise_folder(file)
     sub, _, stem = name.rpartition("/")
     return load(folder / sub if sub else folder, stem)

@@ -277,7 +277,11 @@ _NOTES: list[str] = []
 
 
 def note(text: str) -> None:
-    """Attach ``text`` to the result of the hidden test now running (once, however often it is said)."""
+    """Attach ``text`` to the result of the hidden test now running (once, however often it is said).
+
+    Example (exercise 5's memory test, which passed)::
+
+        note(f"memory measured by the grader ({use.mechanism}): within half of one L x L float32 matrix")"""
     if text not in _NOTES:
         _NOTES.append(text)
 
@@ -290,7 +294,16 @@ def take_notes() -> list[str]:
 
 
 class CheckFailed(AssertionError):
-    """Raised by hidden-test helpers: the submission failed a check, explained by ``diagnosis``."""
+    """Raised by hidden-test helpers: the submission failed a check, explained by ``diagnosis``.
+
+    Example (exercise 4's suite, x (..., d): it names the mistake behind a wrong shape, then re-raises)::
+
+        try:
+            expect.shape(out, case.x.shape, what="output", axes=case.axes(), sizes=case.sizes)
+        except CheckFailed as exc:
+            if exc.diagnosis.kind == "shape" and exc.diagnosis.got == [*case.x.shape[:-1], d // 2, 2]:
+                exc.diagnosis.misconception = "pairs-not-flattened"
+            raise"""
 
     def __init__(self, diagnosis: Diagnosis):
         super().__init__(diagnosis.summary)

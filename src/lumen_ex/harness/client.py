@@ -28,7 +28,9 @@ OUTPUT_CAP = 8 * 1024
 
 
 class WorkerFailure(Exception):
-    """The worker did not answer properly. ``kind`` is timeout, crash or protocol."""
+    """The worker did not answer properly. ``kind`` is timeout, crash or protocol.
+
+    Example, in ``except WorkerFailure as exc:``: ``if exc.kind != "protocol": raise fail("property", exc.kind)``."""
 
     kind = "crash"
 
@@ -69,7 +71,9 @@ def decode_detail(exc: BaseException) -> str:
 
 
 class LearnerError(Exception):
-    """The learner's code raised an exception (reported by the worker: a claim, not a verdict)."""
+    """The learner's code raised an exception (reported by the worker: a claim, not a verdict).
+
+    Example, in ``except LearnerError as exc:``: ``if exc.type == "MemoryError": raise fail("property", exc.message)``."""
 
     def __init__(self, error: dict[str, Any], output: str = ""):
         """``error``: as checked by ``wire_replies.check_error`` (or built by the harness itself)."""

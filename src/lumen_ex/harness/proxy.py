@@ -34,6 +34,14 @@ class TensorMeta:
 
 @dataclass
 class CallResult:
+    """What ``submission.call`` returns: the function's value, and whatever the call's options asked for.
+
+    Example (exercise 5's suite: ``count_ops=True`` fills ``.ops``)::
+
+        result = submission.call("flash_attention", (q, k, v), {"causal": True}, device=device, count_ops=True)
+        out, lse = expect.returns(result.value, ("output", "lse"), "flash_attention")
+        largest = int((result.ops or {}).get("largest", 0))       # the largest intermediate, in elements"""
+
     value: Any
     grads: tuple[torch.Tensor | None, ...] | None = None   # gradients w.r.t. the requested arguments (None = unused)
     grad_error: str | None = None       # why no gradients could be taken
@@ -46,6 +54,12 @@ class CallResult:
 
 
 def meta(t: torch.Tensor) -> TensorMeta:
+    """What the worker says of a returned tensor (device, Python type, autograd flags), without copying it.
+
+    Example (exercise 5's suite: a meta tensor comes back without data, its device a claim)::
+
+        if meta(out).device.split(":")[0] != device.split(":")[0]:
+            raise fail("device", f"output is on {meta(out).device}; the inputs were on {device}")"""
     return getattr(t, "lumen_meta", None) or TensorMeta()
 
 
@@ -78,7 +92,12 @@ def tensor_meta(ref: dict[str, Any], devices: frozenset[str]) -> TensorMeta:
 
 
 class LearnerModule:
-    """The learner's module, as seen by hidden tests (the ``submission`` fixture they use)."""
+    """The learner's module, as seen by hidden tests (the ``submission`` fixture they use).
+
+    Example (exercise 1's suite: an attribute call returns the value alone, :meth:`call` a CallResult)::
+
+        got = submission.causal_mask(4, 7)
+        got = submission.call("causal_mask", (3, 5), {"device": torch.device(device)}, device=device).value"""
 
     def __init__(self, pool: WorkerPool, device: str, module_file: str):
         self._pool = pool
@@ -118,7 +137,12 @@ class LearnerModule:
 
         It is started without the warm-up of a worker kept in advance (torch's meta kernels and
         ``torch._dynamo``, src/lumen_ex/sandbox/inside/worker.py): the tests after it run on the
-        CPU, so the warm-up would only delay its hello. A forking launcher forks it as usual."""
+        CPU, so the warm-up would only delay its hello. A forking launcher forks it as usual.
+
+        Example (exercise 5's memory test, before its measured calls)::
+
+            submission.fresh_worker()
+            use = submission.call("flash_attention", (q, k, v), device="cpu", measure_memory=True).memory"""
         pool = self._pool
         pool.discard()
         pool.spawn(pool.launcher.launch(replace(pool.spec, warm=False)))
@@ -148,6 +172,12 @@ class LearnerModule:
         echo_args: also return the arguments as they were after the call (in-place changes).
         measure_memory: also return the memory the call used, measured by the harness from outside
         the worker (src/lumen_ex/harness/memory.py), as ``CallResult.memory``.
+
+        Example (exercises 1 and 4)::
+
+            result = submission.call("scaled_dot_product_attention", (q, k, v), {"mask": mask}, device=device)
+            result = submission.call("rope", (x, positions), device=device, grad_wrt=(0,), grad_seeds=(g,))
+            result = submission.call("rope", (x, positions), device=device, echo_args=True, timeout=30)
         """
         kwargs = kwargs or {}
         self._require(fn)

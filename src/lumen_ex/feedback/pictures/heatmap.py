@@ -12,6 +12,11 @@ kind="angles"``, with the differing pairs given as ``wrong``).
 Hooks: expect.tensors() calls :func:`illustrate` when a values/NaN check fails (the failing tensor
 if it is weights or a bool mask, else a sibling weights tensor that is wrong too: a mask bug makes
 the output wrong first, and the weights show why); property tests call :func:`attach` directly.
+
+Example (exercise 1's suite: a property failure of its own, with the weights drawn beside the expected)::
+
+    failure = fail("property", f"a masked key still gets weight {worst:.3g}", misconception="masked-key-weight")
+    raise pictures.attach(failure, weights, exp_w, what="weights", axes=case.axes("L_q", "L_k"))
 """
 
 from __future__ import annotations

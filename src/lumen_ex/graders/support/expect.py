@@ -8,6 +8,11 @@ The suites use every name through this module (``expect.X``): the tolerances and
 tolerances are in src/lumen_ex/graders/support/tolerances.py, the naming of mistakes (variants,
 dtype mistakes, recognised exceptions) in src/lumen_ex/graders/support/mistakes.py, and both are
 re-exported here.
+
+Example (exercise 2's suite: an exception of the learner's code that a rule recognises is named)::
+
+    with expect.exceptions_named(NAMED_EXCEPTIONS):
+        result = submission.call("decode_step", tuple(case.args(dtype)), device=device)
 """
 
 from __future__ import annotations
@@ -56,6 +61,12 @@ from lumen_ex.sandbox.inside.wire import Opaque
 
 
 def fail(kind: str, summary: str, **fields) -> CheckFailed:
+    """A failure of the suite's own, to raise; ``fields``: expected, got, details, hint, misconception.
+
+    Example (exercise 1's suite)::
+
+        raise fail("side-effect", "your function modified its input q in place", misconception="inputs-modified",
+                   hint="Use out-of-place operations (masked_fill, not masked_fill_; x = x / s, not x /= s).")"""
     return CheckFailed(Diagnosis(kind, summary, **fields))
 
 
@@ -64,7 +75,11 @@ def fail(kind: str, summary: str, **fields) -> CheckFailed:
 
 
 def returns(value, names: Sequence[str], fn: str) -> tuple:
-    """The call returned a tuple of ``len(names)`` tensors: return them."""
+    """The call returned a tuple of ``len(names)`` tensors: return them.
+
+    Example::
+
+        out, weights = expect.returns(result.value, ("output", "weights"), "scaled_dot_product_attention")"""
     n = len(names)
     listing = f"({', '.join(names)})"
     if isinstance(value, torch.Tensor):
@@ -85,6 +100,11 @@ def returns(value, names: Sequence[str], fn: str) -> tuple:
 
 
 def is_tensor(value, what: str) -> torch.Tensor:
+    """``value`` is a tensor: return it (else a "type" failure that calls it ``what``).
+
+    Example (exercise 4: rope returns one tensor)::
+
+        out = expect.is_tensor(result.value, "output")"""
     if not isinstance(value, torch.Tensor):
         raise fail("type", f"{what} is {_describe(value)}; expected a tensor",
                    expected="torch.Tensor", got=_describe(value))
@@ -102,7 +122,11 @@ def _describe(value) -> str:
 
 
 def signature(submission, fn: str, params: Sequence[str], defaults: dict[str, str] = {}) -> None:  # noqa: B006 (read only)
-    """``fn`` is defined and takes ``params`` in this order, with these default values (as repr)."""
+    """``fn`` is defined and takes ``params`` in this order, with these default values (as repr).
+
+    Example::
+
+        expect.signature(submission, "causal_mask", ["L_q", "L_k", "device"], defaults={"L_k": "None", "device": "None"})"""
     sig = submission.signature(fn)
     if sig is None:
         raise fail("missing", f"{fn} is not defined in {submission.module_file}",
@@ -127,7 +151,12 @@ def signature(submission, fn: str, params: Sequence[str], defaults: dict[str, st
 
 def gradients(result, expected: Sequence[torch.Tensor], names: Sequence[str],
               tol: float = GRADIENT_TOLERANCE) -> None:
-    """The gradients the worker took match the reference's (inputs in float64)."""
+    """The gradients the worker took match the reference's (inputs in float64).
+
+    Example (exercise 1: the call took ``grad_wrt=(0, 1, 2), grad_seeds=(g_out, g_w)``)::
+
+        expected = torch.autograd.grad((out * g_out).sum() + (w * g_w).sum(), (q, k, v))   # the reference's
+        expect.gradients(result, expected, names=("q", "k", "v"))"""
     if result.grad_error or result.grads is None:
         raise fail("property", "no gradient flows back to the inputs: " + (result.grad_error or "none returned"),
                    hint="Something breaks the autograd graph: .detach(), .item(), .numpy() / torch.tensor(...) "
@@ -155,7 +184,12 @@ def gradients(result, expected: Sequence[torch.Tensor], names: Sequence[str],
 
 @dataclass
 class Expected:
-    """One returned tensor and its float64 reference, with the names of its axes."""
+    """One returned tensor and its float64 reference, with the names of its axes.
+
+    Example (exercise 1; ``variants`` and ``tol`` are optional)::
+
+        Expected(out, exp_out, "output", case.axes("L_q", "d_v"),
+                 lambda: output_variants(case.q, case.k, case.v, case.mask, which=0, dtype=dtype), tol=LARGE_TOL)"""
 
     got: torch.Tensor                                 # what the learner returned: tensors() checks it is one first
     value: torch.Tensor
@@ -172,7 +206,10 @@ def tensors(items: Sequence[Expected], *, sizes: dict[str, int], dtype: torch.dt
     ``value`` is the float64 CPU reference; ``sizes`` gives every axis size (all distinct in hidden
     inputs, so a swapped axis can be named); ``variants`` computes known wrong answers, to name the
     mistake when values differ.
-    """
+
+    Example::
+
+        expect.tensors([Expected(out, exp_out, "output", case.axes("L_q", "d_v"))], sizes=case.sizes, dtype=dtype, device=device)"""
     for it in items:
         it.got = is_tensor(it.got, it.what)
         pytype = meta(it.got).pytype
@@ -221,6 +258,11 @@ def tensor(got, expected: torch.Tensor, *, what: str, axes: Sequence[str], sizes
 
 
 def shape(got: torch.Tensor, expected_shape, *, what: str, axes: Sequence[str], sizes: dict[str, int]) -> None:
+    """``got`` has ``expected_shape``, else a "shape" failure that names the axes of both.
+
+    Example (before the suite's own arithmetic on a returned tensor)::
+
+        expect.shape(weights, case.mask.shape, what="weights", axes=case.axes("L_q", "L_k"), sizes=case.sizes)"""
     expected_shape = tuple(expected_shape)
     got_shape = tuple(got.shape)
     if got_shape == expected_shape:
@@ -230,7 +272,11 @@ def shape(got: torch.Tensor, expected_shape, *, what: str, axes: Sequence[str], 
 
 def shapes(items: Sequence[Expected], *, sizes: dict[str, int]) -> None:
     """Every item has its expected shape. Returned tensors whose shapes are the expected ones in
-    another order (``return weights, output``) are named as such, before any single shape."""
+    another order (``return weights, output``) are named as such, before any single shape.
+
+    Example (exercise 5, whose outputs differ in dtype, runs the stages of tensors() itself)::
+
+        expect.shapes(items, sizes=case.sizes)        # items: an Expected for each returned tensor"""
     got = [tuple(it.got.shape) for it in items]
     want = [tuple(it.value.shape) for it in items]
     if len(items) > 1 and got != want and sorted(got) == sorted(want):

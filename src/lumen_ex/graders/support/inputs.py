@@ -4,6 +4,12 @@ Every axis gets a distinct size (so a swapped axis can be named), values are uni
 (so a missing 1/sqrt(d_k) is visible: saturated inputs would hide it), and random masks keep at
 least one allowed and one forbidden key in every row (a row with no allowed key is outside the
 exercise contract). The same seed gives bitwise-identical inputs on every machine and device.
+
+Example (exercise 1's suite)::
+
+    case = inputs.attention_case(seed, mask="full")      # float64 q, k, v, mask; case.sizes names every axis
+    q, k, v = case.cast(torch.float16)                   # what the learner's code is given
+    gen = inputs.generator(seed + 7)                     # a second stream, for whatever else the test draws
 """
 
 from __future__ import annotations
@@ -14,10 +20,21 @@ import torch
 
 
 def generator(seed: int) -> torch.Generator:
+    """A CPU generator seeded with ``seed``: the same draws on every machine.
+
+    Example (exercise 1's gradient test)::
+
+        gen = inputs.generator(seed + 7)      # another stream than the case's, which uses seed
+        g_out, g_w = inputs.randn(gen, *exp_out.shape), inputs.randn(gen, *exp_w.shape)"""
     return torch.Generator().manual_seed(int(seed))
 
 
 def randn(gen: torch.Generator, *shape: int) -> torch.Tensor:
+    """Unit-variance randn of ``shape``, in float64 on the CPU, drawn from ``gen``.
+
+    Example (exercise 4's gradient test)::
+
+        g = inputs.randn(inputs.generator(seed + 7), *expected.shape)"""
     return torch.randn(*shape, generator=gen, dtype=torch.float64)
 
 
@@ -29,7 +46,10 @@ def random_mask(gen: torch.Generator, *shape: int, p: float = 0.6) -> torch.Tens
     at once. A key hidden all down a column (or across all heads) would turn a softmax over the
     queries (or the heads) into NaN for every output row alike, and those two mistakes could then
     not be told apart.
-    """
+
+    Example::
+
+        mask = inputs.random_mask(inputs.generator(seed), 2, 3, 5, 7)     # bool (B, H, L_q, L_k)"""
     mask = torch.rand(*shape, generator=gen, dtype=torch.float64) < p
     L_q, L_k = shape[-2], shape[-1]
     flat = mask.reshape(-1, L_q, L_k)
@@ -99,7 +119,14 @@ def attention_case(seed: int, *, batch_axes=("B", "H"), mask: str | None = None,
     shared by its heads), "per-head" ((H, L_q, L_k): one per head, shared by the batch) or
     "padding" ((B, 1, 1, L_k): a key-padding mask, the same keys hidden from every query). ``bound``: clamp q,
     k, v to [-bound, bound] (before ``scale``), so that no seed draws a tail value whose rounding in
-    a low precision dominates (the dtype tests: DTYPE_BOUND)."""
+    a low precision dominates (the dtype tests: DTYPE_BOUND).
+
+    Example (exercise 1's suite)::
+
+        case = inputs.attention_case(seed, mask="broadcast")           # case.mask: (L_q, L_k)
+        q, k, v = case.cast(torch.float32)                             # case.q, .k, .v stay float64
+        axes = case.axes("L_q", "d_v")                                 # ("B", "H", "L_q", "d_v")
+        one_query = inputs.attention_case(seed, batch_axes=("B",), L_q=1, L_k=9)    # (B, L, d), no H"""
     s = {**DEFAULT_SIZES, **sizes}
     gen = generator(seed)
     batch = [s[a] for a in batch_axes]

@@ -3,6 +3,10 @@ learner's values, dtype mistakes told apart, and exceptions of the learner's cod
 
 Used by the staged checks of src/lumen_ex/graders/support/expect.py, and re-exported by it for the
 suites (``expect.Variant``, ``expect.exceptions_named`` ...).
+
+Example (an exercise's mistakes.py: ``CATALOGUE``, every mistake id its suite can name)::
+
+    CATALOGUE = {"no-scale": "no 1/sqrt(d_k) scale", **GENERIC_MISCONCEPTIONS}
 """
 
 from __future__ import annotations
@@ -23,7 +27,12 @@ from lumen_ex.harness.plugin import _learner_error
 
 @dataclass(frozen=True)
 class Variant:
-    """A known wrong answer: what the output would be with a particular mistake (in float64)."""
+    """A known wrong answer: what the output would be with a particular mistake (in float64).
+
+    Example (exercise 1's mistakes.py: a wrong (L_q, L_k) causal mask)::
+
+        ones = torch.ones(L_q, L_k, dtype=torch.bool)
+        Variant("causal-inverted", "your mask is inverted", ~ones.tril(L_k - L_q), fix="True means 'may attend'")"""
 
     name: str            # short id, e.g. "no-scale"
     sentence: str        # what the learner's output equals, e.g. "your output equals attention without ..."
@@ -164,7 +173,13 @@ def failing_line(exc) -> str:
 def exceptions_named(rules: Sequence[tuple[str, str, Callable]]):
     """Name the mistake behind an exception the learner's code raised, when it is recognisable:
     each rule is (misconception id, sentence, predicate(LearnerError) -> bool); the first that
-    holds turns the exception into the same ``exception`` diagnosis, with the mistake named."""
+    holds turns the exception into the same ``exception`` diagnosis, with the mistake named.
+
+    Example (exercise 1's suite; ``[]`` names the generic exception mistakes alone)::
+
+        rules = [("fixed-axes-transposed", "swap only the last two axes: k.transpose(-2, -1)", _transposes_fixed_axes)]
+        with expect.exceptions_named(rules):            # _transposes_fixed_axes(exc: LearnerError) -> bool
+            result = submission.call("scaled_dot_product_attention", (q, k, v), {"mask": case.mask}, device=device)"""
     try:
         yield
     except LearnerError as exc:

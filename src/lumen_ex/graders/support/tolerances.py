@@ -4,6 +4,13 @@ The tolerances every comparison uses (by dtype; see docs/tolerances.md), the str
 naming a mistake, and :func:`separation`, the distance in tolerances that both the checks
 (src/lumen_ex/graders/support/expect.py) and the naming of mistakes
 (src/lumen_ex/graders/support/mistakes.py) measure with. All re-exported by expect.
+
+Example (exercise 3's suite, then its mistakes.py; ``TOLERANCES[dtype]`` is the dtype's)::
+
+    tol = TOLERANCES[torch.float32]                    # Tolerance(atol=1e-05, rtol=1e-05)
+    changed = (y - base).abs() > tol.atol + tol.rtol * base.abs()
+    m = MATCH_TOLERANCE_FLOAT64                        # two float64 answers this close are the same answer
+    same = torch.allclose(a.value, b.value, rtol=m.rtol, atol=m.atol, equal_nan=True)
 """
 
 from __future__ import annotations
@@ -16,7 +23,13 @@ import torch
 
 @dataclass(frozen=True)
 class Tolerance:
-    """|got - expected| <= atol + rtol * |expected|, element by element (see docs/tolerances.md)."""
+    """|got - expected| <= atol + rtol * |expected|, element by element (see docs/tolerances.md).
+
+    Example (exercise 1's suite: a bool mask is right or wrong)::
+
+        EXACT = Tolerance(0.0, 0.0)                    # atol, rtol
+        expect.tensor(got, ref.causal_mask(3, 5), what="causal_mask", axes=("L_q", "L_k"),
+                      sizes={"L_q": 3, "L_k": 5}, dtype=torch.bool, device=device, tol=EXACT)"""
 
     atol: float
     rtol: float
