@@ -10,12 +10,12 @@ little else:
   waits for its ``load`` request. A forked worker holds a copy of the workspace made when it was
   forked; one whose copy is no longer the workspace's when the check begins is replaced
   (``Launcher.up_to_date``). Every check gets a fresh
-  one (one run cannot influence the next). The used worker is SIGKILLed at once (:class:`KeptWorker`,
-  made by :func:`_kept_worker_class`); waiting for it and removing its cgroup (:meth:`Prewarm.reap`)
+  one (one run cannot influence the next). The used worker is SIGKILLed at once (``KeptWorker``,
+  src/lumen_ex/learner/prewarm_late.py); waiting for it and removing its cgroup (:meth:`Prewarm.reap`)
   happen after the result is shown. A worker that dies while starting is replaced, at most
   RESPAWN_FAILURES times in a row;
 - the next check's pytest session (:class:`PreparedRun`): configured and collected in a thread
-  that then waits at pytest's run loop (the gate plugin, :func:`_gate_class`) until the check hands
+  that then waits at pytest's run loop (the ``Gate`` plugin, prewarm_late.py) until the check hands
   it the worker pool. The thread is src/lumen_ex/harness/session_thread.py's, shared with a grading
   process's kept sessions (that module says why they stay two kinds).
 
@@ -25,14 +25,13 @@ by Ctrl-C does not replace the worker it just lost. When to prepare is decided b
 
 ``harness.client``, ``harness.proxy`` and ``harness.runner`` import torch and pytest, which
 ``lumen-ex watch`` must import only after its first worker is launched (the two torch imports then
-overlap): they are imported where first needed, never at the top of this module.
+overlap): they are imported where first needed, never at the top of this module; the classes
+built on them are in prewarm_late.py, imported the same way.
 """
 
 from __future__ import annotations
 
-import os
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,11 +40,11 @@ from typing import TYPE_CHECKING, cast
 
 from lumen_ex.harness.session_thread import SessionThread
 from lumen_ex.sandbox.base import Launched, Launcher, WorkerSpec
-from lumen_ex.sandbox.processes import kill_group
 
 if TYPE_CHECKING:   # for annotations only: harness.client imports torch (see above)
     from lumen_ex.core.catalog import Exercise
     from lumen_ex.harness.client import WorkerPool
+    from lumen_ex.learner.prewarm_late import KeptWorker
 
 RESPAWN_FAILURES = 3    # give up pre-launching after this many workers in a row die while idle
 
@@ -161,31 +160,6 @@ class _StoppedPool:
         pytest.exit("lumen-ex watch is stopping")
 
 
-_GATE = None
-
-
-def _gate_class():
-    """A pytest plugin that holds a session at its run loop until it is told to go (or to stop)."""
-    global _GATE
-    if _GATE is None:
-        import pytest
-
-        class Gate:
-            def __init__(self):
-                self.collected = threading.Event()
-                self.go = threading.Event()
-                self.cancelled = False
-
-            @pytest.hookimpl(tryfirst=True)
-            def pytest_runtestloop(self, session):
-                self.collected.set()
-                self.go.wait()
-                return True if self.cancelled else None   # None: pytest's own loop runs the tests
-
-        _GATE = Gate
-    return _GATE
-
-
 class PreparedRun(SessionThread):
     """The pytest session of the next check, configured and collected in advance.
 
@@ -210,7 +184,9 @@ class PreparedRun(SessionThread):
         self.device, self.seed = device, seed
         self.slot = PoolSlot()
         self.submission = LearnerModule(cast("WorkerPool", self.slot), device, module_file)   # the slot forwards to one
-        self.gate = _gate_class()()
+        from lumen_ex.learner.prewarm_late import Gate  # lazy: imports pytest (see the module docstring)
+
+        self.gate = Gate()
         self.plugins = plugins
         super().__init__(ex, self.submission, seed=seed, device=device, hold=self.gate, plugins=plugins,
                          name="lumen-ex-watch-suite")
@@ -245,51 +221,6 @@ class PreparedRun(SessionThread):
 # The next worker
 
 
-_KEPT = None
-
-
-def kill_now(launched: Launched) -> None:
-    """SIGKILL a launched worker's process group and every process in its cgroup: from then on
-    nothing of that run executes. Waiting for them and removing the cgroup come later."""
-    kill_group(launched.proc.pid)
-    cgroup = launched.enforcement.cgroup
-    for pid in cgroup.pids() if cgroup is not None else ():
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def _kept_worker_class():
-    """harness.client.Worker (imported late: it imports torch), with a kill() that stops the
-    worker at once and leaves the slow part for later.
-
-    kill() sends SIGKILL to the worker's process group and to every process in its cgroup: from
-    then on nothing of that run executes. Waiting for the processes to go and removing the cgroup
-    (tens of milliseconds of polling) happen in Prewarm.reap(), after the result is shown.
-    """
-    global _KEPT
-    if _KEPT is None:
-        # lazy: imports torch
-        from lumen_ex.harness.client import Worker
-
-        class KeptWorker(Worker):
-            def __init__(self, launched, graveyard: list):
-                super().__init__(launched)
-                self._graveyard = graveyard
-                self._doomed = False
-
-            def kill(self) -> None:
-                if self._doomed:
-                    return
-                self._doomed = True
-                kill_now(self.launched)
-                self._graveyard.append(self.launched)
-
-        _KEPT = KeptWorker
-    return _KEPT
-
-
 class Prewarm:
     """The worker for the next check, launched in advance, and the next check's pytest session.
 
@@ -301,7 +232,7 @@ class Prewarm:
     def __init__(self, launcher: GuardedLauncher, spec: WorkerSpec, *, startup_seconds: float):
         self.launcher, self.spec = launcher, spec
         self.startup_seconds = startup_seconds
-        self.next = None                    # the KeptWorker launched for the next check
+        self.next: KeptWorker | None = None   # the worker launched for the next check
         self.dead: list = []                # Launched workers killed, not yet waited for
         self.prepared: PreparedRun | None = None
         self.failures = 0                   # workers in a row that died while starting
@@ -312,7 +243,9 @@ class Prewarm:
         if self.next is not None or self.failures >= RESPAWN_FAILURES or self.closed:
             return
         with deferred_interrupts():   # a Ctrl-C here would orphan the worker and its cgroup
-            self.next = _kept_worker_class()(self.launcher.launch(self.spec), self.dead)
+            from lumen_ex.learner.prewarm_late import KeptWorker  # lazy: imports torch
+
+            self.next = KeptWorker(self.launcher.launch(self.spec), self.dead)
             self.launcher.keep_spare(self.spec)
 
     def take_hello(self) -> bool:

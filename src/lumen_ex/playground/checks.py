@@ -105,10 +105,8 @@ class CheckService:
         session = self.session
         if session is not None and self.current is check:
             session.launcher.refuse = True          # no worker replaces the ones killed now
-            from lumen_ex.learner.prewarm import kill_now
-
             for launched in session.launcher.launched():
-                kill_now(launched)
+                launched.stop_now()
         return True
 
     def close(self) -> None:

@@ -127,6 +127,18 @@ class Launched:
             text += f" (out of memory: limit {self.enforcement.limits.memory_mb} MiB)"
         return text
 
+    def stop_now(self) -> None:
+        """SIGKILL the worker's process group and every process in its cgroup: from then on nothing
+        of its run executes. Waiting for them and removing the cgroup are :meth:`kill`'s, later
+        (watch mode and the playground do that after the result is shown)."""
+        kill_group(self.proc.pid)
+        cgroup = self.enforcement.cgroup
+        for pid in cgroup.pids() if cgroup is not None else ():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     def kill(self) -> None:
         """Kill the worker and everything it started; idempotent."""
         if self._closed:
