@@ -495,7 +495,7 @@ def test_memory_linear_in_length(submission, seed):
         used = _memory_readings(submission, seed, lengths, device, short_use=used["long"])
         over = _over_budget(used, lengths[1])
     short, L = lengths
-    budget = L * L * 4 // 2
+    budget = _budget(L)
     readings = {k: (u.to_dict() if u is not None else None) for k, u in used.items()}
     growth = used["long"].extra_bytes / max(used["short"].extra_bytes, 1)
     for key in over:
@@ -517,7 +517,7 @@ def test_memory_linear_in_length(submission, seed):
     # by a few percent each run (a file near the budget at L = 4096 is decided at 8192 on some runs).
     (_, first), (_, confirm) = MEMORY_LENGTHS, CONFIRM_LENGTHS
     note(f"memory measured by the grader ({use.mechanism}): within half of one L x L float32 matrix "
-         f"({first * first * 2 // MIB} MiB at L = {first}, or {confirm * confirm * 2 // MIB} MiB at L = {confirm} "
+         f"({_budget(first) // MIB} MiB at L = {first}, or {_budget(confirm) // MIB} MiB at L = {confirm} "
          f"where L = {first} is too close to tell)")
 
 
@@ -528,10 +528,10 @@ def _memory_readings(submission, seed: int, lengths: tuple[int, int], device: st
     short, L = lengths
     if short_use is None:
         short_use = _measured(submission, _long_case(seed, short), short, _sampled_rows(seed, short), device, causal=False)
-    rows = _sampled_rows(seed, L)
+    case, rows = _long_case(seed, L), _sampled_rows(seed, L)     # the calls do not change their inputs' copies
     used = {"short": short_use,
-            "long": _measured(submission, _long_case(seed, L), L, rows, device, causal=False),
-            "causal": _measured(submission, _long_case(seed, L), L, rows, device, causal=True)}
+            "long": _measured(submission, case, L, rows, device, causal=False),
+            "causal": _measured(submission, case, L, rows, device, causal=True)}
     if any(u is None or u.extra_bytes is None for u in used.values()):   # fail closed: never a silent pass
         readings = {k: (u.to_dict() if u is not None else None) for k, u in used.items()}
         raise fail("grader", "the grader could not measure your code's memory here: the worker has no memory "
@@ -546,9 +546,14 @@ def _sampled_rows(seed: int, L: int) -> torch.Tensor:
     return torch.randperm(L, generator=inputs.generator(seed))[:SAMPLED_ROWS].sort().values
 
 
+def _budget(L: int) -> int:
+    """The memory a call at length L may use beyond its worker's start: half of one (L, L) float32 matrix."""
+    return L * L * 4 // 2
+
+
 def _over_budget(used: dict, L: int) -> list[str]:
-    """The calls at length ``L`` ("long", "causal") that used more than half an (L, L) float32 matrix."""
-    return [key for key in ("long", "causal") if used[key].extra_bytes > L * L * 4 // 2]
+    """The calls at length ``L`` ("long", "causal") that used more than :func:`_budget`."""
+    return [key for key in ("long", "causal") if used[key].extra_bytes > _budget(L)]
 
 
 # -------------------------------------------------------------------------------------------------
