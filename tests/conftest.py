@@ -46,7 +46,12 @@ pytest_plugins = ("helpers.cli",)
 # one thing are kept on one worker, in order: the docker tests (one engine, one image, containers
 # counted by name), the browser tests (one Chromium), the tests that read the corpus's one dev check run
 # (tests/e2e/test_corpus.py marks its own, as does tests/e2e/test_seed_stability.py).
-XDIST_GROUPS = {"docker": lambda item: item.get_closest_marker("docker") is not None,
+# The docker tests are two groups: the attacks graded by cold `lumen-ex check` runs (each container
+# found by its workspace, no slot started) beside the rest (slots counted by name, images built).
+COLD_DOCKER = ("test_attacks.py", "test_protocol_attacks.py")
+XDIST_GROUPS = {"docker-cold": lambda item: item.get_closest_marker("docker") is not None
+                and item.path.name in COLD_DOCKER,
+                "docker": lambda item: item.get_closest_marker("docker") is not None,
                 "browser": lambda item: item.path.name == "test_playground_browser.py"}
 # A module whose tests share one expensive module-scoped fixture (a class graded once, results drawn
 # twice): its tests that use it are kept on one worker, so that the fixture is made once, not once

@@ -62,14 +62,12 @@ def _load_meta_kernels() -> None:
     any learner code; the variables torch sets meanwhile (TORCHINDUCTOR_CACHE_DIR) are taken out
     again, so that the learner's code sees the environment as the sandbox made it.
 
-    Most of that second is ``torch._dynamo`` (and sympy), which the wrapper around torch's Python
-    meta kernels imports on its first call: it is imported by name here, so that the warm-up does
-    not depend on which operation happens to be the first to need it. A worker started cold pays it
-    in its first meta test instead; a worker that runs no meta test (the fresh one of exercise 5's
-    memory test, src/lumen_ex/harness/proxy.py) is started without it."""
+    Most of that second used to be ``torch._dynamo``, which :func:`skip_dynamo_import` now spares
+    (prepare calls it for every worker); what is left (sympy's shape reasoning, the kernels' own
+    registration) a worker started cold pays in its first meta test instead, and a worker that runs
+    no meta test (the fresh one of exercise 5's memory test, src/lumen_ex/harness/proxy.py) is
+    started without it."""
     environment = dict(os.environ)
-    import torch._dynamo  # noqa: F401  (see above)
-
     on_meta = torch.arange(2, device="meta")
     (on_meta[:, None] <= on_meta[None, :]).sum()
     scores = torch.empty(1, 2, 2, device="meta")
@@ -101,8 +99,43 @@ def prepare(extra_sites: list[str], warm: bool) -> None:
     work_counter = importlib.import_module(f"{PACKAGE}.work_counter")   # work_counter.py: a call's count_ops
     import torch
 
+    skip_dynamo_import(torch)
     if warm:
         _load_meta_kernels()
+
+
+def skip_dynamo_import(torch: Any) -> int:
+    """Spare every worker the import of ``torch._dynamo`` (measured here: ``import torch`` 1.6 s,
+    with ``torch._dynamo`` 3.5 s of CPU), which nothing a worker runs needs; returns how many of
+    torch's functions were marked.
+
+    torch wraps about 300 of its Python kernels (the meta kernels the hidden suites' meta tests
+    reach, the reference decompositions) in ``torch._compile._disable_dynamo``, which imports
+    ``torch._dynamo`` on a wrapped function's first call only to ask dynamo not to trace it, and
+    keeps the answer on the function as ``__dynamo_disable``. Nothing is traced by dynamo in a worker
+    (``torch.compile`` and ``torch._dynamo`` are refused to the learner: src/lumen_ex/harness/scan_rules.py),
+    so each wrapped function is given that answer in advance: itself, called as it is. A torch whose
+    wrapper is built otherwise is left as it is (0 marked), and a function wrapped later still imports
+    dynamo on its first call, as before: only time changes, never what a kernel computes."""
+    import gc
+
+    try:
+        wrap = torch._compile._disable_dynamo
+        code = wrap(lambda: None).__code__
+        slot = code.co_freevars.index("fn")
+    except (AttributeError, TypeError, ValueError):
+        return 0
+    marked = 0
+    for obj in gc.get_objects():
+        if type(obj) is type(wrap) and obj.__code__ is code and obj.__closure__:
+            fn = obj.__closure__[slot].cell_contents
+            if getattr(fn, "__dynamo_disable", None) is None:
+                try:
+                    fn.__dynamo_disable = fn
+                except (AttributeError, TypeError):
+                    continue
+                marked += 1
+    return marked
 
 
 def serve(req_fd: int, rep_fd: int) -> int:
