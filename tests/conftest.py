@@ -43,11 +43,11 @@ pytest_plugins = ("helpers.cli",)
 
 
 # The tests run on two xdist workers (pyproject.toml: -n 2 --dist loadgroup). Tests that would fight over
-# one thing are kept on one worker, in order: the docker tests (one engine, one image, containers
+# one thing are kept on one worker, in order: the docker tests (one engine, one image, slot containers
 # counted by name), the browser tests (one Chromium), the tests that read the corpus's one dev check run
-# (tests/e2e/test_corpus.py marks its own, as does tests/e2e/test_seed_stability.py).
-# The docker tests are two groups: the attacks graded by cold `lumen-ex check` runs (each container
-# found by its workspace, no slot started) beside the rest (slots counted by name, images built).
+# (tests/e2e/test_corpus.py marks its own, as does tests/e2e/test_seed_stability.py). The docker attacks
+# graded by cold checks (COLD_DOCKER: each container found by its workspace, no slot started) are a
+# group of their own, beside the other docker tests; the first group that matches is a test's group.
 COLD_DOCKER = ("test_attacks.py", "test_protocol_attacks.py")
 XDIST_GROUPS = {"docker-cold": lambda item: item.get_closest_marker("docker") is not None
                 and item.path.name in COLD_DOCKER,

@@ -57,16 +57,15 @@ def _wire_module() -> types.ModuleType:
 
 
 def _load_meta_kernels() -> None:
-    """torch loads its meta-device kernels (about a second) on the first meta operation, which the
+    """torch loads its meta-device kernels (about half a second) on the first meta operation, which the
     hidden suites use. A worker started in advance (``+warm``) or the zygote loads them here, before
     any learner code; the variables torch sets meanwhile (TORCHINDUCTOR_CACHE_DIR) are taken out
     again, so that the learner's code sees the environment as the sandbox made it.
 
-    Most of that second used to be ``torch._dynamo``, which :func:`skip_dynamo_import` now spares
-    (prepare calls it for every worker); what is left (sympy's shape reasoning, the kernels' own
-    registration) a worker started cold pays in its first meta test instead, and a worker that runs
-    no meta test (the fresh one of exercise 5's memory test, src/lumen_ex/harness/proxy.py) is
-    started without it."""
+    It would be twice as long with ``torch._dynamo``, which those kernels' wrapper imports on its
+    first call unless :func:`skip_dynamo_import` (run by prepare for every worker) has spared it. A
+    worker started cold pays the rest in its first meta test instead; a worker that runs no meta test
+    (the fresh one of exercise 5's memory test, src/lumen_ex/harness/proxy.py) is started without it."""
     environment = dict(os.environ)
     on_meta = torch.arange(2, device="meta")
     (on_meta[:, None] <= on_meta[None, :]).sum()
@@ -105,9 +104,9 @@ def prepare(extra_sites: list[str], warm: bool) -> None:
 
 
 def skip_dynamo_import(torch: Any) -> int:
-    """Spare every worker the import of ``torch._dynamo`` (measured here: ``import torch`` 1.6 s,
-    with ``torch._dynamo`` 3.5 s of CPU), which nothing a worker runs needs; returns how many of
-    torch's functions were marked.
+    """Spare every worker the import of ``torch._dynamo`` (measured on a 2-core machine: ``import
+    torch`` 2.2 s of CPU, 3.8-4.0 s with ``torch._dynamo``), which nothing a worker runs needs;
+    returns how many of torch's functions were marked.
 
     torch wraps about 300 of its Python kernels (the meta kernels the hidden suites' meta tests
     reach, the reference decompositions) in ``torch._compile._disable_dynamo``, which imports
