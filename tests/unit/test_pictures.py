@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import base64
 import json
+import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -140,6 +143,39 @@ def test_payload_picks_the_worst_slice_and_crops_around_the_worst_cell():
     assert p["differs"][30 - 22][45 - 34] == 1
     assert p["got"][8][11] == float(f"{float(got[1, 1, 30, 45]):.3g}")
     json.dumps(p, allow_nan=False)
+
+
+@pytest.mark.parametrize("shape", [(7,), (2, 3), (4, 1, 5), (2, 3, 20, 37), (1, 1, 1)])
+def test_unravel_agrees_with_torch(shape):
+    for flat in range(0, math.prod(shape), max(1, math.prod(shape) // 50)):
+        assert pictures.unravel(flat, shape) == tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape))
+
+
+# A values failure, in a fresh interpreter: the index of the largest error and the heatmap's slice,
+# without importing sympy (torch.unravel_index does on its first call: 0.7 s of a grading process).
+NO_SYMPY = """
+import json, sys, torch
+from lumen_ex.core.results import CheckFailed
+from lumen_ex.graders.support import expect
+expected = torch.softmax(torch.randn(2, 3, 4, 5, dtype=torch.float64), -1)
+got = expected.clone()
+got[1, 2, 3, 4] += 0.5
+try:
+    expect.tensors([expect.Expected(got.float(), expected, "weights", ("B", "H", "L_q", "L_k"))],
+                   sizes={"B": 2, "H": 3, "L_q": 4, "L_k": 5}, dtype=torch.float32, device="cpu")
+except CheckFailed as exc:
+    d = exc.diagnosis.details
+    print(json.dumps({"index": d["index"], "slice": d["heatmap"]["index"], "worst": d["heatmap"]["worst"],
+                      "sympy": "sympy" in sys.modules}))
+"""
+
+
+def test_a_values_failure_is_located_without_importing_sympy():
+    proc = subprocess.run([sys.executable, "-I", "-c", NO_SYMPY], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout)
+    assert found["index"] == [1, 2, 3, 4] and found["slice"] == {"B": 1, "H": 2} and found["worst"] == [3, 4]
+    assert found["sympy"] is False
 
 
 def test_payload_rounds_to_significant_digits_and_keeps_tiny_leaks():

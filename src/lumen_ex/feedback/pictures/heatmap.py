@@ -35,6 +35,21 @@ DIGITS = 3                          # significant digits kept
 PICTURED_KINDS = ("values", "nonfinite", "property")
 
 
+def unravel(flat: int, shape: Sequence[int]) -> tuple[int, ...]:
+    """The index into ``shape`` of position ``flat`` of the flattened tensor (row-major), as
+    ``torch.unravel_index`` gives it, in plain Python: torch's version imports sympy on its first
+    call (about 0.7 s of CPU and 480 modules in a grading process, measured at torch 2.13).
+
+    >>> unravel(5, (2, 3))
+    (1, 2)
+    """
+    index = []
+    for size in reversed(tuple(shape)):
+        flat, i = divmod(flat, size)
+        index.append(i)
+    return tuple(reversed(index))
+
+
 def wants(axes: Sequence[str], value: torch.Tensor) -> bool:
     """Is this tensor attention weights or a mask: (..., L_q, L_k) axes, or a bool matrix?"""
     return value.dim() >= 2 and (tuple(axes[-2:]) == ("L_q", "L_k") or value.dtype == torch.bool)
@@ -72,10 +87,10 @@ def heatmap(got: torch.Tensor, expected: torch.Tensor, *, what: str, axes: Seque
     # (a differing cell scores above 0 even when the values drawn agree: ``wrong`` decided it)
     score = torch.where(wrong, err.clamp_min(1e-300), torch.zeros_like(err)).reshape(-1, *g.shape[-2:])
     worst_flat = int(torch.argmax(score.amax(dim=(-2, -1))))
-    slice_index = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst_flat), lead)) if lead else ()
+    slice_index = unravel(worst_flat, lead) if lead else ()
     gs, es, ws, errs = g[slice_index], e[slice_index], wrong[slice_index], score[worst_flat]
     L_q, L_k = gs.shape
-    r, c = (int(i) for i in torch.unravel_index(torch.argmax(errs), errs.shape))
+    r, c = unravel(int(torch.argmax(errs)), errs.shape)
     r0, c0 = _window(r, L_q), _window(c, L_k)
     row_win, col_win = slice(r0, r0 + MAX_CELLS), slice(c0, c0 + MAX_CELLS)
     lead_axes = list(axes[:-2]) if len(axes) == g.dim() else [f"dim{i}" for i in range(len(lead))]

@@ -329,7 +329,7 @@ def values(got: torch.Tensor, expected: torch.Tensor, *, what: str, axes: Sequen
     if not bool(wrong.any()):
         return
     flat = int(torch.argmax(torch.where(wrong, err, torch.zeros_like(err))))
-    idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), g.shape))
+    idx = pictures.unravel(flat, g.shape)
     n_wrong, total = int(wrong.sum()), wrong.numel()
     details = {"max_abs_error": float(err.max()), "index": list(idx), "mismatched": n_wrong,
                "total": total, "atol": tol.atol, "rtol": tol.rtol,
