@@ -63,19 +63,19 @@ def blockwise_many(q, k, v, block_size: int, variants: list[dict]) -> list[tuple
     def per_setting(values, dtype=None):                                       # (V,) as (V, 1.., 1, 1)
         return torch.tensor(values, dtype=dtype).view(len(values), *[1] * (n_batch + 2))
 
-    def flags(name):                                                           # (V, 1) bools per row
-        return torch.tensor([bool(st[name]) for st in settings])[:, None]
+    def per_row(values):                                                       # (V,) as (V, 1): against (1, L_q)
+        return torch.tensor(values)[:, None]
 
     scale = per_setting([1 / math.sqrt(d_k) if st["scale"] is None else st["scale"] for st in settings],
                         torch.float64)
     rescale_sum, rescale_out, normalise = (per_setting([st[n] for st in settings]) for n in
                                            ("rescale_sum", "rescale_out", "normalise"))
-    causal = flags("causal")
-    offset = torch.tensor([L_k - L_q if st["align"] == "bottom-right" else 0 for st in settings])[:, None]  # (V, 1)
-    q_end = torch.tensor([(L_q // block_size) * block_size if st["drop_partial"] else L_q for st in settings])[:, None]
-    k_stop = torch.tensor([(L_k // block_size) * block_size if st["drop_partial"] else L_k for st in settings])[:, None]
-    skip = causal & torch.tensor([st["diagonal"] == "skip" for st in settings])[:, None]
-    masked = causal & torch.tensor([st["diagonal"] == "mask" for st in settings])[:, None]
+    causal = per_row([bool(st["causal"]) for st in settings])
+    offset = per_row([L_k - L_q if st["align"] == "bottom-right" else 0 for st in settings])
+    q_end = per_row([(L_q // block_size) * block_size if st["drop_partial"] else L_q for st in settings])
+    k_stop = per_row([(L_k // block_size) * block_size if st["drop_partial"] else L_k for st in settings])
+    skip = causal & per_row([st["diagonal"] == "skip" for st in settings])
+    masked = causal & per_row([st["diagonal"] == "mask" for st in settings])
     rows = torch.arange(L_q)[None, :]                                          # (1, L_q)
     i0 = rows // block_size * block_size                                       # each row's query block
     i1 = torch.clamp(i0 + block_size, max=L_q)
