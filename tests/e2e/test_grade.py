@@ -23,6 +23,7 @@ import pytest
 from conftest import CORPORA, CORPUS, LUMEN_EX, ROOT, interruptible, requires_bwrap
 from helpers.classes import CAT, EX1, EX2, REF1, SHA, grade, make_class, put, zip_folder
 
+from lumen_ex.classroom.scheduler import processes_for
 from lumen_ex.classroom.submission_limits import SubmissionRefused
 from lumen_ex.classroom.submissions import locate, unwrap
 from lumen_ex.classroom.zips import extract_zip
@@ -74,6 +75,8 @@ def test_mixed_class_results(mixed):
     assert "grading 10 checks of 5 students" in proc.stdout
     progress = [line for line in proc.stdout.splitlines() if line.startswith("[")]
     assert [line.split("]")[0] for line in progress] == [f"[{i}/10" for i in range(1, 11)]
+    # ten checks with --jobs 2: two grading processes (one per 8 checks, scheduler.processes_for)
+    assert sorted(p.name for p in (out / ".logs").glob("grader-*.log")) == ["grader-0.log", "grader-1.log"]
     assert all("/min, ETA" in line and "failed" in line and "errors" in line for line in progress)
     docs = docs_of(out)
     assert set(docs) == {(s, ex.dir) for s in ("alice", "bob", "carol", "dave", "eve") for ex in (EX1, EX2)}
@@ -185,6 +188,14 @@ def test_rerun_resumes_and_force_regrades_one_student(mixed):
 # -- crash, hang, refusal --------------------------------------------------------------------------
 
 
+def test_a_batch_starts_one_grading_process_per_eight_checks_up_to_jobs():
+    """A grading process costs two torch imports before its first check: a small batch (a rerun of a
+    few checks, a class of four) gets one; --jobs is the most a batch starts."""
+    assert [processes_for(n, 2) for n in (0, 1, 2, 8, 9, 16, 17, 1000)] == [1, 1, 1, 1, 2, 2, 2, 2]
+    assert [processes_for(n, 4) for n in (8, 9, 24, 25, 1000)] == [1, 2, 3, 4, 4]
+    assert processes_for(1000, 1) == 1
+
+
 @pytest.mark.slow
 def test_crashed_and_hung_grading_processes_still_get_a_row(tmp_path):
     """Crashed and hung grading processes still get a row. Over 30 s: a stopped grading process is
@@ -275,8 +286,11 @@ def _start_time(pid: int) -> str:
 @requires_bwrap
 @pytest.mark.slow
 def test_ctrl_c_leaves_nothing_behind_and_a_rerun_resumes(tmp_path):
+    """Ctrl-C while two grading processes (ten checks: scheduler.processes_for starts two) have
+    sandboxes running: nothing is left behind, and a rerun resumes."""
     subs = tmp_path / "submissions"
-    for i in range(4):
+    assert processes_for(10, 2) == 2
+    for i in range(10):
         put(subs / f"s{i}", EX1.path, CORPORA["attention"] / "buggy" / "no_scale.py" if i % 2 else REF1)
     out = tmp_path / "out"
     args = [str(subs), "-e", "1", "--out", str(out), "--jobs", "2", "--sandbox", "bwrap", "--seed", "3"]
@@ -309,12 +323,13 @@ def test_ctrl_c_leaves_nothing_behind_and_a_rerun_resumes(tmp_path):
         assert not limits.worker_cgroups(pid), "worker cgroups left behind"
     assert not glob.glob(str(out / ".scratch-*"))
     kept = {p.parent.name for p in (out / "results").glob(f"*/{EX1.dir}.json")}
-    assert len(kept) < 4
+    assert len(kept) < 10
     again = grade(args, tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"resuming: {len(kept)} checks already graded" in again.stdout or not kept
-    assert {p.parent.name for p in (out / "results").glob(f"*/{EX1.dir}.json")} == {f"s{i}" for i in range(4)}
-    assert [r["status"] for r in gradebook(out).values()] == ["pass", "fail", "pass", "fail"]
+    assert {p.parent.name for p in (out / "results").glob(f"*/{EX1.dir}.json")} == {f"s{i}" for i in range(10)}
+    book = gradebook(out)
+    assert [book[f"s{i}"]["status"] for i in range(10)] == ["pass", "fail"] * 5
 
 
 # -- reading submissions safely (the library, directly) ---------------------------------------------

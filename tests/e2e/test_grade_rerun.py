@@ -61,6 +61,7 @@ def test_a_rerun_regrades_what_changed_and_says_why(tmp_path):
     args = [str(subs), "-e", "1", "--out", str(out), "--sandbox", "bwrap", "--jobs", "2"]
     first = grade(args, tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
+    assert [p.name for p in (out / ".logs").glob("grader-*.log")] == ["grader-0.log"]    # two checks: one process
     seed = json.loads((out / "class.json").read_text())["seed"]
     before = records(out)
     assert set(before) == {"alice", "bob"}

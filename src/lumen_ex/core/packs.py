@@ -17,6 +17,8 @@ docs/authoring.md is the author's guide; ``lumen-ex dev check`` validates a pack
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 import re
 import tomllib
@@ -33,6 +35,7 @@ PATH_ENV = "LUMEN_EX_PATH"
 PACK_FILE = "pack.toml"
 EXERCISE_FILE = "exercise.toml"
 MANIFEST_BYTES = 256 * 1024          # pack.toml and exercise.toml are small; anything larger is a mistake
+PARSED_MANIFESTS = 256              # manifests whose parse is remembered (by their bytes): 256 x 256 KiB at most
 BUILTIN_NAME = "lumen-ex"           # the built-in pack's name: a pack of that name on the path replaces it
 PACK_NAME = re.compile(r"^[a-z][a-z0-9-]{0,62}$")   # it names a folder in the grader image
 
@@ -88,11 +91,19 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
             raw = f.read(MANIFEST_BYTES + 1)
         if len(raw) > MANIFEST_BYTES:
             raise CatalogError(f"{path} is over {MANIFEST_BYTES // 1024} KiB", f"Shorten the {what}")
-        return tomllib.loads(raw.decode("utf-8"))
+        return copy.deepcopy(_parsed(raw))
     except FileNotFoundError:
         raise CatalogError(f"{path} is missing", f"Add the {what} (docs/authoring.md)") from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise CatalogError(f"cannot read the {what} {path}: {exc}", f"Fix {path.name}") from None
+
+
+@functools.lru_cache(maxsize=PARSED_MANIFESTS)
+def _parsed(raw: bytes) -> dict[str, Any]:
+    """A manifest's bytes, parsed: remembered by those bytes (by content, never by path or date), since
+    the catalogue is read about twice per check and parsing its manifests was a third of a warm
+    grading process's own CPU time. Callers get a copy (:func:`read_toml`)."""
+    return tomllib.loads(raw.decode("utf-8"))
 
 
 def read_pack(root: Path, *, builtin: bool = False) -> Pack:
