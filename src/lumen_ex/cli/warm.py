@@ -31,6 +31,10 @@ def _chosen(sandbox: str):
 
 def check_warm_or_cold(exercise: str, *, workspace: Path | None, sandbox: str, seed: int | None,
                        device: str) -> RunResult:
+    if sandbox in ("auto", "bwrap"):    # bwrap's probe, in the background while the imports below run
+        from lumen_ex.sandbox.bwrap import probe_soon
+
+        probe_soon()
     from lumen_ex.learner import check_server
     from lumen_ex.sandbox.base import Launcher
     from lumen_ex.sandbox.select import forking

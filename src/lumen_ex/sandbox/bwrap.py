@@ -11,12 +11,12 @@ leak in, and mount order matters (docs/security.md, the host rows).
 
 from __future__ import annotations
 
-import functools
 import glob
 import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Collection
 from pathlib import Path
 
@@ -230,8 +230,26 @@ def _cuda_args() -> list[str]:
     return args
 
 
-@functools.lru_cache(maxsize=1)
+_PROBE_LOCK = threading.Lock()
+_PROBED: list[Availability] = []    # the probe's answer, once known (one per process)
+
+
 def _probe() -> Availability:
+    """Whether bwrap can make a sandbox here, found once per process (a thread that asks while
+    :func:`probe_soon`'s thread is probing waits for its answer)."""
+    with _PROBE_LOCK:
+        if not _PROBED:
+            _PROBED.append(_run_probe())
+        return _PROBED[0]
+
+
+def probe_soon() -> None:
+    """Start the probe in a background thread: ``lumen-ex check`` calls this first, so that the probe's
+    sandbox start (about 50 ms) overlaps with the command's own imports instead of following them."""
+    threading.Thread(target=_probe, daemon=True, name="lumen-ex-bwrap-probe").start()
+
+
+def _run_probe() -> Availability:
     if shutil.which("bwrap") is None:
         return Availability(False, "bubblewrap (bwrap) is not installed", INSTALL)
     if os.geteuid() == 0 and not all(shutil.which(t) for t in ("unshare", "setpriv", "mount")):
