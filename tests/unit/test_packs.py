@@ -245,3 +245,21 @@ def test_a_pack_chooses_what_a_new_workspace_holds(tmp_path):
     with pytest.raises(CatalogError, match="workspace names 'ropes', which is no exercise in use"):
         catalog.for_workspace(catalog.load(env_with(tmp_path / "course")), packs.discover(env_with(tmp_path / "course")))
     assert catalog.for_workspace(BUILTIN, packs.discover({})) == BUILTIN     # no pack chooses: every exercise
+
+
+def test_manifests_are_read_again_when_their_bytes_change_and_each_reader_gets_its_own_copy(tmp_path):
+    """The catalogue remembers a manifest's parse by its bytes (packs._parsed): an edit is seen at the
+    next load in the same process, whatever the file's date, and a caller that changes what it was
+    given changes nothing for the next one."""
+    new_pack(tmp_path / "course", slug="softmax", title="Softmax", name="course")
+    manifest = tmp_path / "course" / "101-softmax" / "exercise.toml"
+    stat = manifest.stat()
+    assert catalog.load(env_with(tmp_path / "course")).find(101).title == "Softmax"
+    manifest.write_text(manifest.read_text().replace('title = "Softmax"', 'title = "Softmax, again"'))
+    os.utime(manifest, ns=(stat.st_atime_ns, stat.st_mtime_ns))      # the same date: only the bytes differ
+    assert catalog.load(env_with(tmp_path / "course")).find(101).title == "Softmax, again"
+    first = packs.read_toml(manifest, "exercise manifest")
+    first["title"] = "changed by a caller"
+    first["functions"].append("extra")
+    again = packs.read_toml(manifest, "exercise manifest")
+    assert again["title"] == "Softmax, again" and "extra" not in again["functions"]
