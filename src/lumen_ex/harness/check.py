@@ -41,7 +41,7 @@ class RunTests(Protocol):
     """What runs a check's hidden suite against its worker pool and returns run_suite's (results,
     collection errors): :func:`fresh_session`, unless the check is given another (a grading
     process's kept sessions, src/lumen_ex/harness/kept_session.py; watch mode's session collected
-    in advance, src/lumen_ex/learner/watch_session.py)."""
+    in advance, src/lumen_ex/learner/watch_session.py: both src/lumen_ex/harness/prepared_session.py's)."""
 
     def __call__(self, ex: Exercise, pool: WorkerPool, learner_file: Path, *, seed: int, device: str,
                  select: str | None, lean: bool) -> SuiteOutcome: ...

@@ -42,8 +42,8 @@ class GradingPlugin:
         self.collect_errors: list[str] = []
 
     def begin(self, learner: LearnerModule) -> None:
-        """Record a new run, against ``learner`` (a kept session's next submission,
-        src/lumen_ex/harness/kept_session.py); what collection found stays."""
+        """Record a new run, against ``learner`` (a prepared session's next submission,
+        src/lumen_ex/harness/prepared_session.py); what collection found stays."""
         self._learner = learner
         self.results = {}
         self.order = []

@@ -56,10 +56,11 @@ def run_suite(ex: Exercise, learner: LearnerModule | None, *, seed: int, device:
     """Run the suite; return its results in file order and any collection errors.
 
     ``lean``: leave out the pytest plugins in LEAN_DISABLED (same verdicts, less time per run).
-    ``plugins``: more plugin objects for this session (lumen-ex watch uses one that holds the
-    session at its run loop, collected in advance, until the learner's next save).
+    ``plugins``: more plugin objects for this session (a prepared session is one that holds the
+    session at its run loop, collected in advance, until its submission is there; the playground
+    adds its progress).
     ``grading``: the GradingPlugin to record with, instead of a new one for ``learner``
-    (src/lumen_ex/harness/kept_session.py gives each run its learner).
+    (src/lumen_ex/harness/prepared_session.py gives each run its learner).
     """
     plugin = grading or GradingPlugin(learner, seed=seed, device=device, exercise=ex)
     here = ex.suite_dir

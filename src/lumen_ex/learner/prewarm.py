@@ -14,19 +14,22 @@ little else:
   src/lumen_ex/learner/prewarm_late.py); waiting for it and removing its cgroup (:meth:`Prewarm.reap`)
   happen after the result is shown. A worker that dies while starting is replaced, at most
   RESPAWN_FAILURES times in a row;
-- the next check's pytest session (:class:`PreparedRun`): configured and collected in a thread
-  that then waits at pytest's run loop (the ``Gate`` plugin, prewarm_late.py) until the check hands
-  it the worker pool. The thread is src/lumen_ex/harness/session_thread.py's, shared with a grading
-  process's kept sessions (that module says why they stay two kinds).
+- the next check's pytest session (:meth:`Prewarm.prepare_suite`): a
+  :class:`~lumen_ex.harness.prepared_session.PreparedSession`, configured and collected in a thread
+  that then waits at pytest's run loop until the check hands it the worker pool, the same session
+  type a grading process keeps for a whole class. It is kept from one check to the next while it
+  fits them (the same seed and device: watch mode's and the playground's seed stays, the check
+  server draws a new one for every check), and ends with a run that raises (a cancelled or stopped
+  check: the check gets the tests run so far) or with :meth:`Prewarm.close`.
 
 :class:`GuardedLauncher` refuses to launch once watching is stopping, so that a check interrupted
 by Ctrl-C does not replace the worker it just lost. When to prepare is decided by the session
 (src/lumen_ex/learner/watch_session.py); this module only knows how.
 
-``harness.client``, ``harness.proxy`` and ``harness.runner`` import torch and pytest, which
-``lumen-ex watch`` must import only after its first worker is launched (the two torch imports then
-overlap): they are imported where first needed, never at the top of this module; the classes
-built on them are in prewarm_late.py, imported the same way.
+``harness.client``, ``harness.proxy``, ``harness.runner`` and ``harness.prepared_session`` import torch
+and pytest, which ``lumen-ex watch`` must import only after its first worker is launched (the two
+torch imports then overlap): they are imported where first needed, never at the top of this module;
+the class built on them is in prewarm_late.py, imported the same way.
 """
 
 from __future__ import annotations
@@ -36,14 +39,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
-from lumen_ex.harness.session_thread import SessionThread
 from lumen_ex.sandbox.base import Launched, Launcher, WorkerSpec
 
-if TYPE_CHECKING:   # for annotations only: harness.client imports torch (see above)
+if TYPE_CHECKING:   # for annotations only: they import torch and pytest (see above)
     from lumen_ex.core.catalog import Exercise
-    from lumen_ex.harness.client import WorkerPool
+    from lumen_ex.harness.prepared_session import PreparedSession
     from lumen_ex.learner.prewarm_late import KeptWorker
 
 RESPAWN_FAILURES = 3    # give up pre-launching after this many workers in a row die while idle
@@ -137,87 +139,6 @@ def deferred_interrupts() -> Iterator[None]:
 
 
 # -------------------------------------------------------------------------------------------------
-# The next check's pytest session
-
-
-class PoolSlot:
-    """Stands in for the WorkerPool of a check not yet started: a prepared session's LearnerModule
-    holds this, and the check puts its pool in (or a pool that ends the session)."""
-
-    def __init__(self):
-        self.target = None
-
-    def __getattr__(self, name: str):
-        if self.target is None:
-            raise WatchStopped("no worker pool for this run")
-        return getattr(self.target, name)
-
-
-class _StoppedPool:
-    def __getattr__(self, name: str):
-        import pytest
-
-        pytest.exit("lumen-ex watch is stopping")
-
-
-class PreparedRun(SessionThread):
-    """The pytest session of the next check, configured and collected in advance.
-
-    It runs in a thread and waits at its run loop; the check hands it the worker pool, lets it go
-    and joins it. Configuring pytest and collecting the suite (a fifth of a warm check) then happen
-    while the learner is typing, not after the save. Only one session exists at a time: the
-    thread runs the tests while the main thread only waits for it, and its output capture is off
-    while it waits (so nothing the main thread prints is swallowed).
-
-    Its thread is a :class:`~lumen_ex.harness.session_thread.SessionThread`, as a grading process's
-    ``KeptSession`` is (src/lumen_ex/harness/kept_session.py), but it is one check's session, not one
-    kept for many: it is made before the check's worker pool exists (:class:`PoolSlot`), pytest's
-    own loop runs it once, and it ends as a fresh session ends (a cancelled or stopped check gives
-    the tests run so far, where a kept session would raise). Why both: session_thread.py.
-    """
-
-    def __init__(self, ex: Exercise, module_file: str, *, seed: int, device: str,
-                 plugins: tuple[object, ...] = ()):
-        # lazy: imports torch (see the module docstring)
-        from lumen_ex.harness.proxy import LearnerModule
-
-        self.device, self.seed = device, seed
-        self.slot = PoolSlot()
-        self.submission = LearnerModule(cast("WorkerPool", self.slot), device, module_file)   # the slot forwards to one
-        from lumen_ex.learner.prewarm_late import Gate  # lazy: imports pytest (see the module docstring)
-
-        self.gate = Gate()
-        self.plugins = plugins
-        super().__init__(ex, self.submission, seed=seed, device=device, hold=self.gate, plugins=plugins,
-                         name="lumen-ex-watch-suite")
-
-    def wait_collected(self, timeout: float) -> bool:
-        return self.gate.collected.wait(timeout) and self.thread.is_alive()
-
-    def run(self, pool):
-        """Run the collected tests against ``pool``; return run_suite's (results, errors)."""
-        self.slot.target = pool
-        self.gate.go.set()
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-        return self.outcome
-
-    def abort(self, pool) -> None:
-        """End a run interrupted in the main thread (Ctrl-C while joined): the tests left end at
-        once, and the pool's worker is killed. The caller keeps its launcher from starting more."""
-        self.slot.target = _StoppedPool()
-        pool.close()
-        self.thread.join(5)
-        pool.close()
-
-    def cancel(self) -> None:
-        self.gate.cancelled = True
-        self.gate.go.set()
-        self.thread.join(10)
-
-
-# -------------------------------------------------------------------------------------------------
 # The next worker
 
 
@@ -225,7 +146,8 @@ class Prewarm:
     """The worker for the next check, launched in advance, and the next check's pytest session.
 
     ``next`` is the waiting worker (a KeptWorker, its hello read or not yet), ``prepared`` the
-    collected session; a check takes them with :meth:`take_worker` and :meth:`take_prepared`.
+    collected session; a check takes the worker with :meth:`take_worker` and runs in the session
+    that :meth:`prepared_for` gives it, which stays prepared for the next check.
     :meth:`close` ends both and launches nothing more.
     """
 
@@ -234,7 +156,7 @@ class Prewarm:
         self.startup_seconds = startup_seconds
         self.next: KeptWorker | None = None   # the worker launched for the next check
         self.dead: list = []                # Launched workers killed, not yet waited for
-        self.prepared: PreparedRun | None = None
+        self.prepared: PreparedSession | None = None
         self.failures = 0                   # workers in a row that died while starting
         self.closed = False
 
@@ -289,28 +211,44 @@ class Prewarm:
                 self.dead.pop()
 
     def prepare_suite(self, ex: Exercise, module_file: str, *, seed: int, device: str, plugins: tuple = ()) -> None:
-        """Configure and collect the next check's pytest session, unless one is ready already."""
-        if self.prepared is not None or self.closed:
+        """Have the next check's pytest session configured and collected: the one of the last check
+        while it lives and fits (the same exercise, file, seed and device), else a new one."""
+        if self.closed or (self.prepared is not None and self.prepared.fits(ex, module_file, seed=seed, device=device)):
             return
+        self.end_prepared()
+        from lumen_ex.harness.prepared_session import PreparedSession  # lazy: imports pytest and torch
+
         with deferred_interrupts():   # close() must know of every session thread to end it
-            self.prepared = PreparedRun(ex, module_file, seed=seed, device=device, plugins=plugins)
+            self.prepared = PreparedSession(ex, module_file, seed=seed, device=device, plugins=plugins)
         # Wait for it to be collected: pytest's output capture is on while it collects.
         if not self.prepared.wait_collected(60):
-            prepared, self.prepared = self.prepared, None
-            prepared.cancel()
+            self.end_prepared()
 
-    def take_prepared(self) -> PreparedRun | None:
-        """The prepared session for a check (None when there is none); it is the check's now."""
+    def prepared_for(self, ex: Exercise, module_file: str, *, seed: int, device: str) -> PreparedSession | None:
+        """The prepared session when it fits this check (it stays prepared, for the next check
+        too); else None, and it is ended (one session at a time: the check makes its own)."""
+        if self.prepared is not None and self.prepared.fits(ex, module_file, seed=seed, device=device):
+            return self.prepared
+        self.end_prepared()
+        return None
+
+    def abort_prepared(self, pool) -> None:
+        """End the prepared session's run, interrupted in this thread (Ctrl-C while it ran): the
+        tests left end at once and the pool's worker is killed (PreparedSession.abort)."""
         prepared, self.prepared = self.prepared, None
-        return prepared
+        if prepared is not None:
+            prepared.abort(pool)
+
+    def end_prepared(self) -> None:
+        if self.prepared is not None:
+            prepared, self.prepared = self.prepared, None
+            prepared.close()
 
     def close(self) -> None:
         """End the prepared session, kill the waiting worker and reap; launch nothing more."""
         self.closed = True   # no more launches from here on
         self.launcher.refuse = True
-        if self.prepared is not None:
-            prepared, self.prepared = self.prepared, None
-            prepared.cancel()
+        self.end_prepared()
         self.discard_next()
         self.launcher.drop_spare()
         self.reap()

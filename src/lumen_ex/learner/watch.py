@@ -15,7 +15,8 @@ This module is the public entry point; the work is split the way rustlings split
 - src/lumen_ex/learner/watch_session.py, the session: the loop itself (wait for a save, debounce,
   check, hand the result to a render callback, stop on Ctrl-C): :class:`WatchSession`, :func:`serve`;
 - src/lumen_ex/learner/prewarm.py, the pre-warm: the worker launched in advance and kept ready
-  between saves, and the prepared pytest session: :class:`Prewarm`, :class:`PreparedRun`;
+  between saves, and the next check's pytest session (src/lumen_ex/harness/prepared_session.py's
+  ``PreparedSession``, which a grading process keeps too): :class:`Prewarm`;
 - src/lumen_ex/learner/file_events.py, the file events: seeing a save through inotify, or by polling:
   :class:`Inotify`, :class:`Poller`.
 
@@ -32,8 +33,6 @@ from lumen_ex.learner.file_events import POLL_INTERVAL, Change, Inotify, Poller,
 from lumen_ex.learner.prewarm import (
     RESPAWN_FAILURES,
     GuardedLauncher,
-    PoolSlot,
-    PreparedRun,
     Prewarm,
     WatchStopped,
     deferred_interrupts,
@@ -42,7 +41,7 @@ from lumen_ex.learner.watch_session import DEBOUNCE, MAX_SETTLE, WatchSession, s
 
 __all__ = [
     "DEBOUNCE", "MAX_SETTLE", "POLL_INTERVAL", "RESPAWN_FAILURES",
-    "Change", "GuardedLauncher", "Inotify", "PoolSlot", "Poller", "PreparedRun", "Prewarm",
+    "Change", "GuardedLauncher", "Inotify", "Poller", "Prewarm",
     "WatchSession", "WatchStopped",
     "deferred_interrupts", "file_digest", "serve", "watch_launcher",
 ]

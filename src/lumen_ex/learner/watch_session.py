@@ -173,17 +173,17 @@ class WatchSession:
 
     def _run_tests(self, ex: Exercise, pool, learner_file, *, seed, device, select, lean):
         """check_here()'s run_tests: the prepared session when it fits, else a session made now."""
-        prepared = self.prewarm.take_prepared()
-        if prepared is not None and prepared.device == device and prepared.seed == seed and not select:
+        prepared = None if select or not lean else self.prewarm.prepared_for(ex, learner_file.name, seed=seed,
+                                                                              device=device)
+        if prepared is not None:
             try:
                 return prepared.run(pool)
             except BaseException:
                 self.launcher.refuse = True   # the suite's thread must not replace the killed worker
-                prepared.abort(pool)
+                self.prewarm.abort_prepared(pool)
                 self.launcher.refuse = self.stopping or self.prewarm.closed
                 raise
-        if prepared is not None:
-            prepared.cancel()
+        self.prewarm.end_prepared()   # one pytest session at a time
         # lazy: proxy and runner import torch and pytest
         from lumen_ex.harness.proxy import LearnerModule
         from lumen_ex.harness.runner import run_suite
