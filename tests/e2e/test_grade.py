@@ -78,6 +78,7 @@ def test_mixed_class_results(mixed):
     # ten checks with --jobs 2: two grading processes (one per 8 checks, scheduler.processes_for)
     assert sorted(p.name for p in (out / ".logs").glob("grader-*.log")) == ["grader-0.log", "grader-1.log"]
     assert all("/min, ETA" in line and "failed" in line and "errors" in line for line in progress)
+    assert any(" now: " in line for line in progress), proc.stdout      # who the other process grades meanwhile
     docs = docs_of(out)
     assert set(docs) == {(s, ex.dir) for s in ("alice", "bob", "carol", "dave", "eve") for ex in (EX1, EX2)}
     jsonschema = pytest.importorskip("jsonschema")
