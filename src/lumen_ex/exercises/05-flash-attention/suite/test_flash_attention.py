@@ -366,7 +366,10 @@ BLOCK_CASES = [(1, True), (3, False), (5, True), (7, False), (16, True), (20, Tr
                          ids=[f"{b}{'-causal' if c else ''}" for b, c in BLOCK_CASES])
 def test_block_sizes(submission, seed, device, block_size, causal):
     """exact for any block_size (lengths not multiples of it)"""
-    check_flash(submission, case_for(seed), causal=causal, block_size=block_size, device=device)
+    # block_size 1 on 7 queries and 13 keys: every block is one query or one key already, and at the
+    # usual 20 x 37 the learner's block loop would run 740 times per head (the slowest test of a check).
+    case = case_for(seed, L_q=7, L_k=13) if block_size == 1 else case_for(seed)
+    check_flash(submission, case, causal=causal, block_size=block_size, device=device)
 
 
 @pytest.mark.group("blocks")
