@@ -263,8 +263,6 @@ def doctor(fmt: str) -> None:
         render_doctor(console(), report)
 
 
-
-
 def _never_fail_to_encode() -> None:
     """Make stdout and stderr write what they cannot encode as an escape (``\\ud800``) instead
     of raising: a second line of defence behind src/lumen_ex/core/untrusted.py, so that no string a
