@@ -1,6 +1,6 @@
 """How fast `lumen-ex watch` answers a save of a FAILING file, for every exercise, measured in one run.
 
-    python bench/failing_rechecks.py [--via watch|playground|check] [--sandbox bwrap|none]
+    python bench/failing_rechecks.py [--via watch|playground|check] [--sandbox bwrap|none] [--typing S]
                                      [--per-exercise 8] [--passing 3] [-e 5] [--quick]
 
 ``--quick`` saves each file at once after the last result, without waiting for the worker kept in
@@ -10,7 +10,9 @@ advance: a learner who saves again and again.
 posted as the editor's text (Ctrl+Enter), from the request to the result event
 (bench/playground_latency.py ``Server``). ``--via check`` types `lumen-ex check N` in a terminal
 again and again: the command itself, answered by the background server the first check starts
-(src/lumen_ex/learner/check_server.py), process start and rendering included.
+(src/lumen_ex/learner/check_server.py), process start and rendering included. The command is run the
+moment the file is written (the server, which grades a save at once, has the least head start), or
+``--typing S`` seconds later (a learner going from the editor to the terminal).
 
 A learner spends most of their time on failing checks, so this saves each exercise's buggy corpus
 files (src/lumen_ex/exercises/<NN-slug>/corpus/buggy/, the first --per-exercise of them in name
@@ -27,6 +29,7 @@ failing check at most 1.5x a passing one, for every exercise.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import statistics
@@ -95,7 +98,7 @@ def measure_playground(ex, files: list[Path], passing: int, sandbox: str, pause:
     return failing, passed, statuses
 
 
-def measure_check(ex, files: list[Path], passing: int, sandbox: str, pause: bool = True):
+def measure_check(ex, files: list[Path], passing: int, sandbox: str, pause: bool = True, typing: float = 0.0):
     import json
     import shutil
     import subprocess
@@ -122,6 +125,7 @@ def measure_check(ex, files: list[Path], passing: int, sandbox: str, pause: bool
             if pause:
                 wait_idle(server)                              # the learner edits: the next worker gets ready
             write(target, text)
+            time.sleep(typing)                                 # the learner goes to the terminal (0: at once)
             t0 = time.perf_counter()
             proc = subprocess.run([*command, "--format", "json"], env=env, capture_output=True, text=True)
             into.append(time.perf_counter() - t0)
@@ -141,6 +145,8 @@ def main() -> None:
     parser.add_argument("-e", "--exercise", action="append", help="only these exercises (repeatable)")
     parser.add_argument("--quick", action="store_true",
                         help="save again at once, without waiting for the worker kept in advance")
+    parser.add_argument("--typing", type=float, default=0.0,
+                        help="--via check: seconds between the save and the command (default 0: typed at once)")
     args = parser.parse_args()
     from lumen_ex.core import catalog
     from lumen_ex.sandbox.bwrap import BwrapLauncher
@@ -152,6 +158,9 @@ def main() -> None:
     shown = {"watch": "`lumen-ex watch`", "playground": "the playground (`lumen-ex serve`)",
              "check": "`lumen-ex check` again (the background server)"}[args.via]
     when = "saved again at once" if args.quick else "saved once the worker kept in advance is ready"
+    if args.via == "check":
+        how = functools.partial(measure_check, typing=args.typing)
+        when += f", the command {args.typing:g} s after the save" if args.typing else ", the command at once"
     print(f"failing re-checks in {shown} (--sandbox {sandbox}, {when}), seconds")
     print(f"{'exercise':<22}{'files':>6}{'fail median':>13}{'fail worst':>12}{'pass median':>13}{'fail/pass':>11}")
     for ex in chosen:

@@ -17,6 +17,7 @@ server it started. What is shown:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -68,10 +69,10 @@ def logs(runtime: Path) -> str:
     return "".join(p.read_text() for p in sorted((runtime / "lumen-ex").glob("*.log")))
 
 
-def wait_for(predicate, timeout: float = 120) -> None:
+def wait_for(predicate, timeout: float = 120, why=lambda: "") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, "timed out"
+        assert time.monotonic() < deadline, f"timed out {why()}"
         time.sleep(0.1)
 
 
@@ -115,6 +116,59 @@ def test_the_second_check_is_warm_and_prints_what_a_cold_one_prints(tmp_path, ru
     assert run(["check", "2", "--sandbox", "bwrap"], ws / "02-kv-cache", env).returncode == 1
     assert re.search(r"checked 02-kv-cache seed \d+: fail", logs(runtime))
     assert len(list((runtime / "lumen-ex").glob("*.sock"))) == 1
+
+
+def _record(proc) -> dict:
+    assert proc.stdout.strip(), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _without_durations(record: dict) -> dict:
+    return {k: v for k, v in record.items() if k != "duration"} | {
+        "tests": [{k: v for k, v in t.items() if k != "duration"} for t in record["tests"]]}
+
+
+@requires_bwrap
+@pytest.mark.slow
+def test_a_save_is_graded_at_once_and_the_next_check_of_those_bytes_is_answered_with_it(tmp_path, runtime):
+    """The server grades a save before it is asked (src/lumen_ex/learner/warm_server.py ``Early``):
+    the next check that names no seed gets that grading, once, if the file still holds those bytes.
+    About 10 s: eleven real checks, two of them cold."""
+    ws = init(tmp_path)
+    target, here = ws / "01-attention" / "attention.py", ws / "01-attention"
+    env = env_for(runtime)
+    check = ["check", "1", "--sandbox", "bwrap", "--format", "json"]
+    assert run(check, here, env).returncode == 1                 # the stub, cold: starts the server
+    wait_for(lambda: "watching" in logs(runtime))
+
+    target.write_text(NO_SCALE)
+    wait_for(lambda: "graded the save" in logs(runtime), why=lambda: logs(runtime))
+    assert Workspace.find(ws).progress()["exercises"]["attention"]["checks"] == 1   # not recorded until asked for
+    warm = _record(run(check, here, env))
+    assert logs(runtime).count("graded when saved") == 1, logs(runtime)
+    assert warm["status"] == "fail" and warm["source"]["sha256"] == hashlib.sha256(NO_SCALE.encode()).hexdigest()
+    # The very record a cold check of the same bytes with the same seed makes, and recorded now.
+    cold = _record(run([*check, "--seed", str(warm["seed"])], here, {**env, check_server.SWITCH_ENV: "off"}))
+    assert _without_durations(warm) == _without_durations(cold)
+    assert Workspace.find(ws).progress()["exercises"]["attention"]["checks"] == 3
+
+    # Served once: the same bytes checked again are graded again, with a seed of their own.
+    again = _record(run(check, here, env))
+    assert logs(runtime).count("graded when saved") == 1 and again["seed"] != warm["seed"]
+
+    # A check that names its seed is graded when asked, whatever was graded on the save.
+    reference = REFERENCES["attention"].read_text()
+    target.write_text(reference)
+    wait_for(lambda: logs(runtime).count("graded the save") == 2, why=lambda: logs(runtime))
+    named = _record(run([*check, "--seed", "3"], here, env))
+    assert named["status"] == "pass" and named["seed"] == 3 and logs(runtime).count("graded when saved") == 1
+
+    # Saved and checked at once, again and again: whether the save's grading is done, under way or
+    # not begun, and whatever older bytes were being graded, the check grades what the file holds.
+    for text, status in [(NO_SCALE, "fail"), (reference, "pass")] * 2:
+        target.write_text(text)
+        record = _record(run(check, here, env))
+        assert (record["status"], record["source"]["sha256"]) == (status, hashlib.sha256(text.encode()).hexdigest())
 
 
 @needs_docker

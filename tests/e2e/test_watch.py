@@ -283,12 +283,12 @@ def test_inotify_reports_only_the_watched_file(tmp_path):
 def test_docker_where_no_slot_can_run_is_refused_with_a_next_step(workspace, monkeypatch):
     """Under docker, watch forks its workers in one container (a slot); where none can run (no
     seccomp filter or SO_PASSCRED: not x86_64 Linux), it says so and what to use instead."""
-    from lumen_ex.learner import watch_session
+    from lumen_ex.learner import prewarm
     from lumen_ex.sandbox import select
     from lumen_ex.sandbox.docker import DockerSandbox
 
     monkeypatch.setattr(select, "supported", lambda: False)
-    monkeypatch.setattr(watch_session, "select_backend", lambda name: (DockerSandbox("img:1"), ""))
+    monkeypatch.setattr(prewarm, "select_backend", lambda name: (DockerSandbox("img:1"), ""))
     with pytest.raises(SandboxUnavailable) as info:
         WatchSession("1", workspace=workspace, sandbox="docker")
     assert "cannot be kept warm" in info.value.message and "bwrap" in info.value.next_step

@@ -9,6 +9,15 @@ server in the background (:func:`start`); the next ``lumen-ex check`` of the sam
 (under bwrap forked from a warm zygote), a fresh worker for every check, the file snapshotted when
 the check begins.
 
+Between checks the server watches the file of that exercise: a save is graded at once, in the
+background, with the seed drawn in advance for the next check
+(src/lumen_ex/learner/warm_server.py ``Early``). The next
+``lumen-ex check`` that names no seed, made while the file still holds those bytes, is answered with
+that grading (waiting for it if it is still running) and records it then; anything else (other
+bytes, another seed, another exercise) is graded when asked, and a grading of bytes saved over is
+stopped. A learner who saves and then types the command finds the answer ready or under way:
+the file graded is the file as it was when the check began, as for any check.
+
 It serves one user, one workspace and this very lumen-ex, and nothing else:
 
 - **the user**: the socket lives in a folder only that user can open (:func:`runtime_dir`:
@@ -29,20 +38,18 @@ answer, dies mid-check or refuses) is graded the cold way, as before: a learner 
 difference but in the time. ``LUMEN_EX_CHECK_SERVER=off`` turns the server off (the tests do, but
 for those of the server itself).
 
-The server is a trusted process like a grading process: ``python -I`` in a fixed folder, its own
-session, never importing from the workspace (src/lumen_ex/core/trusted.py). A request is one JSON line
+This module is the client's side and what both sides share; the server's process is
+src/lumen_ex/learner/warm_server.py. The server is a trusted process like a grading process:
+``python -I`` in a fixed folder, its own session, never importing from the workspace (src/lumen_ex/core/trusted.py). A request is one JSON line
 of at most REQUEST_BYTES; the answer is the result record's JSON (``RunResult.to_dict``), the
 same record the cold check makes.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
-import select
-import signal
 import socket
 import stat
 import struct
@@ -50,10 +57,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:   # imported where first needed at run time (it imports the harness)
-    from lumen_ex.learner.watch_session import WatchSession
 
 SWITCH_ENV = "LUMEN_EX_CHECK_SERVER"     # "off": every check is cold, and no server is started
 IDLE_ENV = "LUMEN_EX_CHECK_SERVER_IDLE"  # seconds: how long a server waits for a check before it stops
@@ -128,7 +131,8 @@ def server_key(workspace: Path, sandbox: str, device: str) -> str | None:
     return digest.hexdigest()[:32]
 
 
-def _peer_uid(sock: socket.socket) -> int:
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end of a unix socket, as the kernel gives it."""
     return _CRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))[1]
 
 
@@ -149,7 +153,7 @@ def warm_check(exercise: str, *, workspace: Path, sandbox: str, note: str, devic
     try:
         sock.settimeout(CONNECT_S)
         sock.connect(str(folder / f"{key}.sock"))
-        if _peer_uid(sock) != os.getuid():
+        if peer_uid(sock) != os.getuid():
             return None
         request = {"exercise": str(exercise), "seed": seed, "note": note}
         sock.sendall(json.dumps(request).encode() + b"\n")
@@ -209,185 +213,7 @@ def start(workspace: Path, sandbox: str, device: str, exercise: str) -> None:
     from lumen_ex.core.trusted import TRUSTED_CWD, child_env, python_command
 
     with open(folder / f"{key}.log", "ab") as log:
-        subprocess.Popen(python_command("lumen_ex.learner.check_server", key, str(workspace.resolve()), sandbox,
+        subprocess.Popen(python_command("lumen_ex.learner.warm_server", key, str(workspace.resolve()), sandbox,
                                         device, exercise),
                          cwd=TRUSTED_CWD, env=child_env(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                          start_new_session=True, close_fds=True)
-
-
-# -------------------------------------------------------------------------------------------------
-# The server
-
-
-class Stopped(Exception):
-    """A stop request: the server ends."""
-
-
-class CheckServer:
-    """One workspace's warm checks, one at a time, for its own user only."""
-
-    def __init__(self, key: str, workspace: Path, sandbox: str, device: str, folder: Path):
-        self.key, self.workspace, self.sandbox, self.device = key, workspace, sandbox, device
-        self.socket_path = folder / f"{key}.sock"
-        self.session: WatchSession | None = None    # the session of the exercise checked last
-        self.next_seed: int | None = None   # drawn in advance for the next check that names no seed
-        self.listener: socket.socket | None = None
-
-    def bind(self) -> bool:
-        """Listen on the socket; False when another server of this key holds it."""
-        self._lock = open(self.socket_path.with_suffix(".lock"), "w")   # held for the server's life
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return False
-        self.socket_path.unlink(missing_ok=True)      # a server that ended without removing it
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o077)
-        try:
-            listener.bind(str(self.socket_path))
-        finally:
-            os.umask(old)
-        listener.listen(8)
-        self.listener = listener
-        return True
-
-    def serve(self, idle_s: float = IDLE_S) -> None:
-        assert self.listener is not None
-        try:
-            while True:
-                readable, _, _ = select.select([self.listener], [], [], idle_s)
-                if not readable:
-                    return                              # idle: stop
-                conn, _ = self.listener.accept()
-                with conn:
-                    if _peer_uid(conn) != os.getuid():
-                        continue                        # another user: not a word
-                    try:
-                        self._answer(conn)
-                    except (Stopped, SystemExit):
-                        raise
-                    except Exception as exc:  # noqa: BLE001  the next check gets a fresh session
-                        log(f"the session failed ({type(exc).__name__}: {exc}); the next check starts a new one")
-                        self._close_session()
-        except Stopped:
-            return
-        finally:
-            self.close()
-
-    def _answer(self, conn: socket.socket) -> None:
-        conn.settimeout(5.0)
-        data = b""
-        while b"\n" not in data and len(data) <= REQUEST_BYTES:
-            chunk = conn.recv(REQUEST_BYTES)
-            if not chunk:
-                return
-            data += chunk
-        try:
-            request = json.loads(data.split(b"\n", 1)[0])
-            if request.get("stop") is True:
-                conn.sendall(b"{}")
-                raise Stopped
-            exercise, seed, note = str(request["exercise"]), request.get("seed"), str(request.get("note", ""))
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return
-        started = time.monotonic()
-        try:
-            result = self._check(exercise, seed, note)
-        except Exception as exc:  # noqa: BLE001  the client then checks cold, and says what is wrong itself
-            log(f"not checked warm ({type(exc).__name__}): the check goes cold")
-            conn.sendall(json.dumps({"result": None}).encode())
-            return
-        assert self.session is not None     # _check made it
-        log(f"checked {self.session.ex.dir} seed {result.seed}: {result.status.value} in "
-            f"{time.monotonic() - started:.2f} s")
-        conn.settimeout(60.0)
-        try:
-            conn.sendall(json.dumps({"result": result.to_dict(), "warnings": list(result.warnings)}).encode())
-        except OSError:
-            pass
-        finally:
-            self._ready_next()
-
-    def warm(self, exercise: str) -> None:
-        """Make the session of ``exercise`` (the one just checked cold) ready before it is asked for."""
-        try:
-            self._session_for(exercise)
-            self._ready_next()
-        except Exception:  # noqa: BLE001  the first request will try again, or go cold
-            self._close_session()
-
-    def _ready_next(self) -> None:
-        """Draw the seed of the next check that names none, and prepare its worker and pytest
-        session while the learner reads (a check that names its seed gets a session made then)."""
-        from lumen_ex.core import seeds
-
-        if self.session is not None:
-            self.session.seed = self.next_seed = seeds.choose(None)
-            self.session.prepare_next()
-
-    def _session_for(self, exercise: str):
-        from lumen_ex.core import catalog
-        from lumen_ex.learner.watch_session import WatchSession
-
-        ex = catalog.load().find(exercise)
-        if self.session is None or self.session.ex.slug != ex.slug:
-            self._close_session()            # one exercise at a time: one waiting worker at most
-            self.session = WatchSession(ex.slug, workspace=self.workspace, sandbox=self.sandbox, device=self.device,
-                                        record=True, watch=False)
-        return self.session
-
-    def _check(self, exercise: str, seed, note: str):
-        from lumen_ex.core import seeds
-
-        session = self._session_for(exercise)
-        session.seed = self.next_seed if seed is None and self.next_seed is not None else seeds.choose(seed)
-        self.next_seed = None
-        session.warning = note
-        return session.check_once()
-
-    def _close_session(self) -> None:
-        if self.session is not None:
-            session, self.session = self.session, None
-            session.close()
-
-    def close(self) -> None:
-        self._close_session()
-        if self.listener is not None:
-            self.listener.close()
-            self.listener = None
-            self.socket_path.unlink(missing_ok=True)
-
-
-def log(line: str) -> None:
-    """One line in the server's log (``<key>.log`` beside its socket: its stdout)."""
-    print(f"{time.strftime('%H:%M:%S')} [{os.getpid()}] {line}", flush=True)
-
-
-def main(argv: list[str]) -> int:
-    key, workspace, sandbox, device, exercise = argv
-    folder = runtime_dir()
-    if folder is None:
-        return 1
-    server = CheckServer(key, Path(workspace), sandbox, device, folder)
-    if not server.bind():
-        return 0                                        # another server of this key runs
-    from lumen_ex.sandbox import leftovers  # the server's own imports, not its client's
-
-    # What a server or grading run killed with SIGKILL left of its sandboxes (src/lumen_ex/sandbox/leftovers.py)
-    for path in leftovers.sweep():
-        log(f"removed {path.name}, left by a process that is gone")
-    try:
-        idle = float(os.environ.get(IDLE_ENV, "") or IDLE_S)
-    except ValueError:
-        idle = IDLE_S
-    for signum in (signal.SIGTERM, signal.SIGHUP):   # a logout or a kill: stop cleanly, workers and all
-        signal.signal(signum, lambda *_: sys.exit(0))
-    log(f"serving {workspace} ({sandbox}, device {device}); stops after {idle:g} s without a check")
-    server.warm(exercise)
-    server.serve(idle)
-    log("stopped")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

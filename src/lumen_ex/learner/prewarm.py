@@ -22,6 +22,7 @@ little else:
   server draws a new one for every check), and ends with a run that raises (a cancelled or stopped
   check: the check gets the tests run so far) or with :meth:`Prewarm.close`.
 
+:func:`watch_launcher` chooses the launcher (the session's and the playground's);
 :class:`GuardedLauncher` refuses to launch once watching is stopping, so that a check interrupted
 by Ctrl-C does not replace the worker it just lost. When to prepare is decided by the session
 (src/lumen_ex/learner/watch_session.py); this module only knows how.
@@ -41,7 +42,9 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from lumen_ex.sandbox.base import Launched, Launcher, WorkerSpec
+from lumen_ex.core.errors import SandboxUnavailable
+from lumen_ex.sandbox.base import Backend, Launched, Launcher, WorkerSpec
+from lumen_ex.sandbox.select import best_host_launcher, forking, select_backend
 
 if TYPE_CHECKING:   # for annotations only: they import torch and pytest (see above)
     from lumen_ex.core.catalog import Exercise
@@ -53,6 +56,24 @@ RESPAWN_FAILURES = 3    # give up pre-launching after this many workers in a row
 
 class WatchStopped(RuntimeError):
     """Watching is ending: no more workers are launched."""
+
+
+def watch_launcher(sandbox: str) -> tuple[Launcher, str]:
+    """The launcher watch mode uses for ``sandbox``, and a warning to show (empty when none)."""
+    backend: Backend
+    if sandbox == "auto":
+        backend, warning = best_host_launcher()
+    else:
+        backend, warning = select_backend(sandbox)
+    # Each check's fresh worker forked from a warm zygote: bwrap's of this process, docker's in one
+    # container of this process kept for the session (its slot): a fork, not a torch import.
+    launcher = forking(backend)
+    if not isinstance(launcher, Launcher):   # docker where no slot can run: every check a container of its own
+        raise SandboxUnavailable(
+            "--sandbox docker cannot be kept warm here (its workers are forked in a container, which "
+            "needs seccomp filters and SO_PASSCRED on x86_64 Linux)",
+            "Use --sandbox bwrap (or auto), and `lumen-ex check --sandbox docker` for a check in the container")
+    return launcher, warning
 
 
 class GuardedLauncher:

@@ -35,41 +35,25 @@ import select
 import signal
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, cast
 
 from lumen_ex.core import catalog as catalog_mod
 from lumen_ex.core import seeds
 from lumen_ex.core.catalog import Exercise
-from lumen_ex.core.errors import SandboxUnavailable, UsageError
+from lumen_ex.core.errors import UsageError
 from lumen_ex.core.options import check_device
 from lumen_ex.core.workspace import Workspace
 from lumen_ex.harness.check import CheckOptions, check_here, worker_spec
 from lumen_ex.learner.file_events import POLL_INTERVAL, Change, Inotify, Poller, file_digest
-from lumen_ex.learner.prewarm import GuardedLauncher, Prewarm
-from lumen_ex.sandbox.base import Backend, Launcher
+from lumen_ex.learner.prewarm import GuardedLauncher, Prewarm, watch_launcher
+from lumen_ex.sandbox.base import Launcher
 from lumen_ex.sandbox.processes import signals_deferred
-from lumen_ex.sandbox.select import best_host_launcher, forking, select_backend
+
+if TYPE_CHECKING:
+    from lumen_ex.core.results import RunResult
 
 DEBOUNCE = 0.02         # quiet time after an event before the file is read
 MAX_SETTLE = 0.5        # never wait longer than this for a burst of events to end
-
-
-def watch_launcher(sandbox: str) -> tuple[Launcher, str]:
-    """The launcher watch mode uses for ``sandbox``, and a warning to show (empty when none)."""
-    backend: Backend
-    if sandbox == "auto":
-        backend, warning = best_host_launcher()
-    else:
-        backend, warning = select_backend(sandbox)
-    # Each check's fresh worker forked from a warm zygote: bwrap's of this process, docker's in one
-    # container of this process kept for the session (its slot): a fork, not a torch import.
-    launcher = forking(backend)
-    if not isinstance(launcher, Launcher):   # docker where no slot can run: every check a container of its own
-        raise SandboxUnavailable(
-            "--sandbox docker cannot be kept warm here (its workers are forked in a container, which "
-            "needs seccomp filters and SO_PASSCRED on x86_64 Linux)",
-            "Use --sandbox bwrap (or auto), and `lumen-ex check --sandbox docker` for a check in the container")
-    return launcher, warning
 
 
 class WatchSession:
@@ -100,7 +84,7 @@ class WatchSession:
         self.checked: str | None = None     # digest of the content the last check graded
         self.checks = 0
         self.worker_pids: list[int | None] = []   # the kept worker each check used (None: launched then)
-        self.last_result = None
+        self.last_result: RunResult | None = None
         self.prewarm = Prewarm(self.launcher, self.spec, startup_seconds=self.ex.times.startup_seconds)
         self.stopping = False               # set by serve() on Ctrl-C: end after this check
         self.prepare = prepare              # collect the next check's pytest session in advance
@@ -212,11 +196,13 @@ class WatchSession:
 
     # -- checking ----------------------------------------------------------------------------------
 
-    def check_once(self):
+    def check_once(self, record: bool = True) -> RunResult:
         """Grade the file as it is now, with the worker launched in advance; return the RunResult.
 
         The used worker is killed at once; waiting for it and launching the next one are left to
-        :meth:`prepare_next` (which wait_for_change calls), so that the result comes first.
+        :meth:`prepare_next` (which wait_for_change calls), so that the result comes first. With
+        ``record`` False the result is not written to the learner's progress (:meth:`record_result`
+        does that later, when it is asked for).
         """
         started = time.monotonic()
         digest = file_digest(self.file)
@@ -228,7 +214,7 @@ class WatchSession:
         collecting = gc.isenabled()
         gc.disable()   # a check allocates little; collections would only add to its latency
         try:
-            result = check_here(self.ex, self.workspace.root, self.file, self.launcher, seed=self.seed,
+            result = check_here(self.ex, self.workspace.root, self.file, cast(Launcher, self.launcher), seed=self.seed,
                                 device=self.wanted_device,
                                 options=CheckOptions(started=started, warning=self.warning, first=worker,
                                                      lean=True, run_tests=self._run_tests))
@@ -243,9 +229,14 @@ class WatchSession:
         self.checks += 1
         self.last_result = result
         self._freeze()
+        if record:
+            self.record_result(result)
+        return result
+
+    def record_result(self, result: RunResult) -> None:
+        """Write ``result`` to the learner's progress, when this session records and it graded anything."""
         if self.record and result.status.value != "error":
             self.workspace.record_result(self.ex.slug, result)
-        return result
 
     # -- waiting for saves ---------------------------------------------------------------------------
 
@@ -266,17 +257,10 @@ class WatchSession:
         should it die. Ends after ``timeout`` seconds without a change (never when None).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        if self._watcher is None:
-            self._watcher = self._open_watcher()
         self.prepare_next()
         prewarm = self.prewarm
         while True:
-            watcher = self._watcher
-            if isinstance(watcher, Inotify) and watcher.broken:   # its folder went away
-                watcher.close()
-                self.polling = True
-                self._watcher = watcher = Poller(self.file, self.poll_interval)
-                watcher.last = None   # compare the content at its first look
+            watcher = self._watching()
             fd = watcher.fileno()
             fds: list[int] = [fd] if fd is not None else []
             waiting = prewarm.next if prewarm.next is not None and prewarm.next.hello is None else None
@@ -304,6 +288,37 @@ class WatchSession:
                 continue
             yield Change(digest, seen, "poll" if isinstance(watcher, Poller) else "inotify")
             self.prepare_next()   # the caller has checked (and shown) the new content
+
+    def _watching(self):
+        """The watcher, opened if need be; polling from now on once inotify's folder went away."""
+        if self._watcher is None:
+            self._watcher = self._open_watcher()
+        watcher = self._watcher
+        if isinstance(watcher, Inotify) and watcher.broken:   # its folder went away
+            watcher.close()
+            self.polling = True
+            self._watcher = watcher = Poller(self.file, self.poll_interval)
+            watcher.last = None   # compare the content at its first look
+        return watcher
+
+    def watch_fileno(self) -> int | None:
+        """A descriptor that becomes readable on a save (inotify), or None: then call :meth:`saved`
+        every ``poll_interval`` seconds."""
+        return self._watching().fileno()
+
+    def saved(self) -> str | None:
+        """Without blocking (but for the debounce): the digest of the file's content when a save
+        since the last look changed it from what was checked last, else None."""
+        watcher = self._watching()
+        if isinstance(watcher, Inotify):
+            readable, _, _ = select.select([watcher.fd], [], [], 0)
+            if watcher.fd not in readable:
+                return None
+        if not watcher.read():
+            return None
+        self._settle(watcher)
+        digest = file_digest(self.file)
+        return None if digest is None or digest == self.checked else digest
 
     def _settle(self, watcher) -> None:
         """Wait until events stop for ``debounce`` seconds (at most MAX_SETTLE in all)."""

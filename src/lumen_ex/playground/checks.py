@@ -60,7 +60,7 @@ class CheckService:
     def __init__(self, workspace: Workspace, *, sandbox: str = "auto", seed: int | None = None,
                  device: str = "auto"):
         from lumen_ex.harness.progress import Progress
-        from lumen_ex.learner.watch_session import watch_launcher
+        from lumen_ex.learner.prewarm import watch_launcher
 
         self.workspace = workspace
         self.sandbox, self.seed, self.device = sandbox, seed, device
