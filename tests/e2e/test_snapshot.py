@@ -43,21 +43,24 @@ def causal_mask(L_q, L_k=None, device=None):
 CORRECT = (CORPORA["attention"] / "correct").glob("*.py")
 
 
-def _check(root: Path, select: str) -> RunResult:
+def _check(root: Path, select: str, launcher=None) -> RunResult:
     return run_check(1, workspace=root, sandbox=best_sandbox(), seed=7, device="cpu", record=False,
-                     select=select)
+                     select=select, launcher=launcher)
 
 
 @pytest.mark.slow
-def test_a_save_during_the_check_is_not_graded(tmp_path):
-    """A save during the check is not graded. Over 30 s: three checks, the first two with a worker
-    killed at every test (each replacement a torch import), so that the save lands mid-check."""
+def test_a_save_during_the_check_is_not_graded(tmp_path, forked_bwrap):
+    """A save during the check is not graded: three checks, the first two with a worker killed at
+    every test, so that the save lands mid-check. Under bwrap the workers are forked from a warm
+    zygote (tests/conftest.py ``forked_bwrap``), as `lumen-ex grade`, watch and the check server start
+    them: each replacement is a fork, not a torch import, and holds a copy of the workspace made when
+    it was forked, after the save; what it imports is still the snapshot's bytes."""
     token = "snap" + secrets.token_hex(4)
     first = FIRST.replace("@TOKEN@", token)
     correct = next(iter(sorted(CORRECT))).read_text()
     select = "causal or 4d or 3d"
 
-    alone = _check(workspace_with(tmp_path / "alone", 1, first), select)
+    alone = _check(workspace_with(tmp_path / "alone", 1, first), select, forked_bwrap)
 
     root = workspace_with(tmp_path / "saved", 1, first)
     target = root / EXERCISE.dir / EXERCISE.file
@@ -68,7 +71,7 @@ def test_a_save_during_the_check_is_not_graded(tmp_path):
 
     saver = threading.Thread(target=save_when_running, daemon=True)
     saver.start()
-    result = _check(root, select)
+    result = _check(root, select, forked_bwrap)
     saver.join(timeout=60)
     assert target.read_text() == correct, "the save did not happen during the check"
 
@@ -78,7 +81,7 @@ def test_a_save_during_the_check_is_not_graded(tmp_path):
     assert result.status is Status.FAIL
     assert not any(t.status is Status.PASS and "4d" in t.id for t in result.tests)   # never the correct version
 
-    again = _check(root, select)   # the next check grades the saved file
+    again = _check(root, select, forked_bwrap)   # the next check grades the saved file
     assert again.source["sha256"] == hashlib.sha256(correct.encode()).hexdigest()
     assert again.status is Status.PASS, again.message
 
