@@ -25,6 +25,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -311,3 +312,35 @@ def test_another_user_gets_no_answer(tmp_path, runtime):
     assert "checked" not in logs(runtime)
     assert run(["check", "1", "--sandbox", "bwrap", "--seed", "7"], ws / "01-attention", env).returncode == 1
     assert "checked 01-attention seed 7" in logs(runtime)    # its own user is still served
+
+
+def test_a_server_that_polls_the_file_still_stops_when_idle(tmp_path):
+    """Where inotify cannot be used the server looks at the file every poll interval: those looks
+    are not checks, and it stops after its idle time all the same (src/lumen_ex/learner/warm_server.py)."""
+    from lumen_ex.learner.warm_server import CheckServer
+
+    class Polled:                      # the session's side the loop uses: no inotify, no save
+        poll_interval, looks, closed = 0.02, 0, False
+
+        def watch_fileno(self):
+            return None
+
+        def saved(self):
+            self.looks += 1
+            return None
+
+        def close(self):
+            self.closed = True
+
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    server = CheckServer("k" * 32, tmp_path, "bwrap", "cpu", folder)
+    assert server.bind()
+    session = server.session = Polled()
+    started = time.monotonic()
+    loop = threading.Thread(target=server.serve, kwargs={"idle_s": 0.5}, daemon=True)
+    loop.start()
+    loop.join(10)
+    assert not loop.is_alive(), "the server did not stop when idle"
+    assert time.monotonic() - started >= 0.5
+    assert session.looks >= 5 and session.closed and not (folder / f"{'k' * 32}.sock").exists()

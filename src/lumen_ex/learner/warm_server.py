@@ -112,10 +112,11 @@ class CheckServer:
                 if self.listener in readable:
                     self._accept()
                     last = time.monotonic()
-                elif watch_fd in readable or (poll_s is not None and self.session is not None):
+                    continue
+                if watch_fd in readable or poll_s is not None:   # polling: a look at the file each time
                     self._on_save()
-                elif not readable and time.monotonic() - last >= idle_s:
-                    return                              # idle: stop
+                if time.monotonic() - last >= idle_s:
+                    return                              # idle (saves do not count): stop
         except Stopped:
             return
         finally:
