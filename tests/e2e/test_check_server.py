@@ -314,7 +314,7 @@ def test_another_user_gets_no_answer(tmp_path, runtime):
     assert "checked 01-attention seed 7" in logs(runtime)    # its own user is still served
 
 
-def test_a_server_that_polls_the_file_still_stops_when_idle(tmp_path):
+def test_a_server_that_polls_the_file_still_stops_when_idle(tmp_path, runtime):
     """Where inotify cannot be used the server looks at the file every poll interval: those looks
     are not checks, and it stops after its idle time all the same (src/lumen_ex/learner/warm_server.py)."""
     from lumen_ex.learner.warm_server import CheckServer
@@ -332,7 +332,7 @@ def test_a_server_that_polls_the_file_still_stops_when_idle(tmp_path):
         def close(self):
             self.closed = True
 
-    folder = tmp_path / "run"
+    folder = runtime / "lumen-ex"      # a short path: a unix socket's is at most 107 bytes
     folder.mkdir(mode=0o700)
     server = CheckServer("k" * 32, tmp_path, "bwrap", "cpu", folder)
     assert server.bind()
