@@ -83,6 +83,16 @@ def init(tmp_path: Path, name: str = "ws") -> Path:
     return tmp_path / name
 
 
+def _record(proc) -> dict:
+    assert proc.stdout.strip(), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _without_durations(record: dict) -> dict:
+    return {k: v for k, v in record.items() if k != "duration"} | {
+        "tests": [{k: v for k, v in t.items() if k != "duration"} for t in record["tests"]]}
+
+
 @requires_bwrap
 @pytest.mark.slow
 def test_the_second_check_is_warm_and_prints_what_a_cold_one_prints(tmp_path, runtime):
@@ -104,9 +114,7 @@ def test_the_second_check_is_warm_and_prints_what_a_cold_one_prints(tmp_path, ru
     cold_json = run(["check", "1", "--sandbox", "bwrap", "--seed", "8", "--format", "json"], ws / "01-attention",
                     {**env, check_server.SWITCH_ENV: "off"})
     warm_json = run(["check", "1", "--sandbox", "bwrap", "--seed", "8", "--format", "json"], ws / "01-attention", env)
-    strip = lambda d: {k: v for k, v in d.items() if k != "duration"} | {   # noqa: E731
-        "tests": [{k: v for k, v in t.items() if k != "duration"} for t in d["tests"]]}
-    assert strip(json.loads(warm_json.stdout)) == strip(json.loads(cold_json.stdout))
+    assert _without_durations(_record(warm_json)) == _without_durations(_record(cold_json))
     progress = Workspace.find(ws).progress()["exercises"]["attention"]
     assert progress["checks"] == 4 and progress["last_status"] == "fail"     # two cold checks, two warm
     seeds = {json.loads(run(["check", "1", "--sandbox", "bwrap", "--format", "json"], ws / "01-attention", env).stdout)["seed"]
@@ -117,16 +125,6 @@ def test_the_second_check_is_warm_and_prints_what_a_cold_one_prints(tmp_path, ru
     assert run(["check", "2", "--sandbox", "bwrap"], ws / "02-kv-cache", env).returncode == 1
     assert re.search(r"checked 02-kv-cache seed \d+: fail", logs(runtime))
     assert len(list((runtime / "lumen-ex").glob("*.sock"))) == 1
-
-
-def _record(proc) -> dict:
-    assert proc.stdout.strip(), proc.stderr
-    return json.loads(proc.stdout)
-
-
-def _without_durations(record: dict) -> dict:
-    return {k: v for k, v in record.items() if k != "duration"} | {
-        "tests": [{k: v for k, v in t.items() if k != "duration"} for t in record["tests"]]}
 
 
 @requires_bwrap
@@ -196,10 +194,9 @@ def test_under_docker_the_second_check_is_warm_in_a_slot_that_stops_with_the_ser
     assert re.search(r"checked 01-attention seed 7: fail", logs(runtime)), logs(runtime)
     cold_record, warm_record = json.loads(cold.stdout), json.loads(warm.stdout)
     assert warm_record["sandbox"]["limits"]["tmp"].endswith("in the slot's container; everything else read-only")
-    strip = lambda d: {k: v for k, v in d.items() if k != "duration"} | {   # noqa: E731
+    strip = lambda d: _without_durations(d) | {   # noqa: E731
         "sandbox": {k: v for k, v in d["sandbox"].items() if k != "limits"},
-        "versions": {k: v for k, v in d["versions"].items() if k != "python"},
-        "tests": [{k: v for k, v in t.items() if k != "duration"} for t in d["tests"]]}
+        "versions": {k: v for k, v in d["versions"].items() if k != "python"}}
     assert strip(warm_record) == strip(cold_record)
     assert len(set(containers(name="lumen-slot-")) - slots_before) == 1       # the server's slot
     rich = [run(args, ws / "01-attention", env_for(runtime, **extra)) for extra in ({check_server.SWITCH_ENV: "off"}, {})]

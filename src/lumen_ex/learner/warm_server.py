@@ -48,8 +48,9 @@ class Early:
     note: str
     thread: threading.Thread | None = None
     result: RunResult | None = None
-    failed: bool = False                  # the grading raised (or was cancelled): never served
+    failed: bool = False                  # the grading raised: never served (nor when cancelled)
     cancelled: bool = False
+    ending: bool = False                  # its thread's last step has begun (a join returns at once)
 
     @property
     def running(self) -> bool:
@@ -108,7 +109,8 @@ class CheckServer:
                 readable, _, _ = select.select(fds, [], [], wait if poll_s is None else min(wait, poll_s))
                 if self._wake_r in readable:
                     os.read(self._wake_r, 64)
-                    self._finish_early()
+                    if self.early is not None and self.early.ending:   # (a byte may be a dropped grading's)
+                        self._finish_early(self.early)
                 if self.listener in readable:
                     self._accept()
                     last = time.monotonic()
@@ -213,9 +215,8 @@ class CheckServer:
             same = (self.session is not None and self.session.ex.slug == catalog.load().find(exercise).slug
                     and seed in (None, early.seed) and note == early.note
                     and file_digest(self.session.file) == early.digest)
-            if same and early.thread is not None:
-                early.thread.join()              # it grades what the file holds now (confirmed below)
-                self._finish_early()
+            if same:
+                self._finish_early(early)        # it grades what the file holds now (confirmed below)
             graded = early.graded() if same else None
             if graded is not None and self.session is not None and file_digest(self.session.file) == graded:
                 self.early = None
@@ -267,17 +268,18 @@ class CheckServer:
                 if not early.cancelled:
                     log(f"could not grade the save ({type(exc).__name__}: {exc}); a check will grade it when asked")
             finally:
+                early.ending = True
                 os.write(self._wake_w, b".")
 
         early.thread = threading.Thread(target=grade, name="lumen-ex-early-check", daemon=True)
         self.early = early
         early.thread.start()
 
-    def _finish_early(self) -> None:
-        """After an early grading's thread ended (or said it is ending: its last step): the session
-        takes workers again, and the next one is made ready (the seed stays the one drawn for the
-        next check)."""
-        early, session = self.early, self.session
+    def _finish_early(self, early: Early | None) -> None:
+        """Wait for ``early``'s thread to end (it has ended, or said it is ending, unless a check
+        waits for it): then the session takes workers again, and the next one is made ready (the
+        seed stays the one drawn for the next check). Once per grading."""
+        session = self.session
         if early is None or early.thread is None:
             return
         early.thread.join()
@@ -299,11 +301,7 @@ class CheckServer:
             self.session.launcher.refuse = True          # no worker replaces the ones killed now
             for launched in self.session.launcher.launched():
                 launched.stop_now()
-            assert early.thread is not None
-            early.thread.join()
-        self.early = early
-        self._finish_early()
-        self.early = None
+        self._finish_early(early)
 
     def _close_session(self) -> None:
         self._drop_early()
@@ -312,11 +310,13 @@ class CheckServer:
             session.close()
 
     def close(self) -> None:
-        self._close_session()
+        self._close_session()             # (no early grading's thread is left to write to the pipe)
         if self.listener is not None:
             self.listener.close()
             self.listener = None
             self.socket_path.unlink(missing_ok=True)
+            for fd in (self._wake_r, self._wake_w):
+                os.close(fd)
 
 
 def log(line: str) -> None:

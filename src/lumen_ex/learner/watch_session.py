@@ -277,15 +277,10 @@ class WatchSession:
             if prewarm.next is None or (prewarm.next.hello is not None and not prewarm.next.alive()):
                 prewarm.discard_next()
                 self.prepare_next()
-            if isinstance(watcher, Inotify) and watcher.fd not in readable:
+            found = self._new_content(watcher, readable)
+            if found is None:
                 continue
-            if not watcher.read():
-                continue
-            seen = time.monotonic()
-            self._settle(watcher)
-            digest = file_digest(self.file)
-            if digest is None or digest == self.checked:
-                continue
+            digest, seen = found
             yield Change(digest, seen, "poll" if isinstance(watcher, Poller) else "inotify")
             self.prepare_next()   # the caller has checked (and shown) the new content
 
@@ -310,15 +305,22 @@ class WatchSession:
         """Without blocking (but for the debounce): the digest of the file's content when a save
         since the last look changed it from what was checked last, else None."""
         watcher = self._watching()
-        if isinstance(watcher, Inotify):
-            readable, _, _ = select.select([watcher.fd], [], [], 0)
-            if watcher.fd not in readable:
-                return None
+        readable = select.select([watcher.fd], [], [], 0)[0] if isinstance(watcher, Inotify) else []
+        found = self._new_content(watcher, readable)
+        return found[0] if found is not None else None
+
+    def _new_content(self, watcher, readable: list) -> tuple[str, float] | None:
+        """After a wait on the watcher (``readable``: the descriptors ready; a poller looks itself):
+        the new content's digest and when the save was seen, once its events have settled; None
+        when nothing changed or the content is what was checked last."""
+        if isinstance(watcher, Inotify) and watcher.fd not in readable:
+            return None
         if not watcher.read():
             return None
+        seen = time.monotonic()
         self._settle(watcher)
         digest = file_digest(self.file)
-        return None if digest is None or digest == self.checked else digest
+        return None if digest is None or digest == self.checked else (digest, seen)
 
     def _settle(self, watcher) -> None:
         """Wait until events stop for ``debounce`` seconds (at most MAX_SETTLE in all)."""
