@@ -98,8 +98,11 @@ def measure_playground(ex, files: list[Path], passing: int, sandbox: str, pause:
     return failing, passed, statuses
 
 
+# `lumen-ex check`'s exit status: the result's status (src/lumen_ex/core/results.py RunResult.exit_code).
+EXIT_STATUS = {0: "pass", 1: "fail"}
+
+
 def measure_check(ex, files: list[Path], passing: int, sandbox: str, pause: bool = True, typing: float = 0.0):
-    import json
     import shutil
     import subprocess
     import tempfile
@@ -127,9 +130,9 @@ def measure_check(ex, files: list[Path], passing: int, sandbox: str, pause: bool
             write(target, text)
             time.sleep(typing)                                 # the learner goes to the terminal (0: at once)
             t0 = time.perf_counter()
-            proc = subprocess.run([*command, "--format", "json"], env=env, capture_output=True, text=True)
+            proc = subprocess.run(command, env=env, capture_output=True, text=True)   # the text a learner reads
             into.append(time.perf_counter() - t0)
-            statuses.append(json.loads(proc.stdout)["status"] if proc.stdout.strip() else "?")
+            statuses.append(EXIT_STATUS.get(proc.returncode, f"exit {proc.returncode}"))
     finally:
         check_server.stop_all(runtime / "lumen-ex")
         shutil.rmtree(runtime, ignore_errors=True)

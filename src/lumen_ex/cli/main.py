@@ -145,17 +145,22 @@ def check(ctx, exercise: str, workspace: Path | None, sandbox: str, fmt: str, se
     the two torch imports. LUMEN_EX_CHECK_SERVER=off turns it off."""
     from lumen_ex.cli.warm import check_warm_or_cold
 
-    result = check_warm_or_cold(exercise, workspace=workspace, sandbox=sandbox, seed=seed, device=device)
+    def view():   # imported while the background server grades (its answer then shows at once)
+        if fmt != "rich":
+            from lumen_ex.feedback import formats
+            return formats
+        from lumen_ex.cli import render
+        return render
+
+    result = check_warm_or_cold(exercise, workspace=workspace, sandbox=sandbox, seed=seed, device=device,
+                                meanwhile=view)
     if fmt != "rich":
         import os
 
-        from lumen_ex.feedback.formats import emit
-
-        click.echo(emit(fmt, result, os.environ), nl=False)
+        click.echo(view().emit(fmt, result, os.environ), nl=False)
     else:
-        from lumen_ex.cli.render import console, render_result
-
-        render_result(console(), result)
+        render = view()
+        render.render_result(render.console(), result)
     for warning in result.warnings:
         click.echo(f"warning: {visible(warning)}", err=True)
     ctx.exit(result.exit_code())

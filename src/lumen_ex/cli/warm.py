@@ -12,6 +12,7 @@ server is started for the next one.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from lumen_ex.core.results import RunResult
@@ -30,7 +31,9 @@ def _chosen(sandbox: str):
 
 
 def check_warm_or_cold(exercise: str, *, workspace: Path | None, sandbox: str, seed: int | None,
-                       device: str) -> RunResult:
+                       device: str, meanwhile: Callable[[], object] | None = None) -> RunResult:
+    """The check's result, from the server when it can answer, else graded here. ``meanwhile`` runs
+    while a server grades (the command's own imports, so that its answer shows at once)."""
     if sandbox in ("auto", "bwrap"):    # bwrap's probe, in the background while the imports below run
         from lumen_ex.sandbox.bwrap import probe_soon
 
@@ -55,7 +58,8 @@ def check_warm_or_cold(exercise: str, *, workspace: Path | None, sandbox: str, s
             root = None          # the cold check says what is wrong
         else:
             answer = check_server.warm_check(exercise, workspace=root, sandbox=backend.name, note=note, device=device,
-                                             seed=seed, limit_s=2 * (times.startup_seconds + times.run_seconds) + 30)
+                                             seed=seed, limit_s=2 * (times.startup_seconds + times.run_seconds) + 30,
+                                             meanwhile=meanwhile)
             if answer is not None:
                 record, warnings = answer
                 result = RunResult.from_dict(record)

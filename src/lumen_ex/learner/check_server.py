@@ -56,6 +56,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 SWITCH_ENV = "LUMEN_EX_CHECK_SERVER"     # "off": every check is cold, and no server is started
@@ -141,10 +142,11 @@ def peer_uid(sock: socket.socket) -> int:
 
 
 def warm_check(exercise: str, *, workspace: Path, sandbox: str, note: str, device: str, seed: int | None,
-               limit_s: float) -> tuple[dict, list[str]] | None:
+               limit_s: float, meanwhile: Callable[[], object] | None = None) -> tuple[dict, list[str]] | None:
     """The result record (and its warnings) of a check by this workspace's server, or None: then
     check cold. ``sandbox`` is the sandbox the cold check would use (bwrap, none, or docker: then forked in a slot), ``note``
-    the warning it would show; ``limit_s`` how long to wait for the answer."""
+    the warning it would show; ``limit_s`` how long to wait for the answer; ``meanwhile`` is called
+    once the request is sent, while the server grades (the caller's own imports: the renderer)."""
     folder = runtime_dir()
     key = server_key(workspace, sandbox, device) if folder is not None else None
     if folder is None or key is None:
@@ -157,6 +159,8 @@ def warm_check(exercise: str, *, workspace: Path, sandbox: str, note: str, devic
             return None
         request = {"exercise": str(exercise), "seed": seed, "note": note}
         sock.sendall(json.dumps(request).encode() + b"\n")
+        if meanwhile is not None:
+            meanwhile()
         sock.settimeout(limit_s)
         chunks, size = [], 0
         while True:

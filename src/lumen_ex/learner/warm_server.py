@@ -215,8 +215,8 @@ class CheckServer:
             same = (self.session is not None and self.session.ex.slug == catalog.load().find(exercise).slug
                     and seed in (None, early.seed) and note == early.note
                     and file_digest(self.session.file) == early.digest)
-            if same:
-                self._finish_early(early)        # it grades what the file holds now (confirmed below)
+            if same:   # it grades what the file holds now (confirmed below); the next worker after the answer
+                self._finish_early(early, ready=False)
             graded = early.graded() if same else None
             if graded is not None and self.session is not None and file_digest(self.session.file) == graded:
                 self.early = None
@@ -275,10 +275,11 @@ class CheckServer:
         self.early = early
         early.thread.start()
 
-    def _finish_early(self, early: Early | None) -> None:
+    def _finish_early(self, early: Early | None, *, ready: bool = True) -> None:
         """Wait for ``early``'s thread to end (it has ended, or said it is ending, unless a check
-        waits for it): then the session takes workers again, and the next one is made ready (the
-        seed stays the one drawn for the next check). Once per grading."""
+        waits for it): then the session takes workers again, and unless ``ready`` is False (a
+        check waits: its answer comes first, and the next worker after it) the next one is made
+        ready (the seed stays the one drawn for the next check). Once per grading."""
         session = self.session
         if early is None or early.thread is None:
             return
@@ -289,7 +290,8 @@ class CheckServer:
                 f"{early.result.status.value} in {early.result.duration:.2f} s (kept for the next check)")
         if session is not None:
             session.launcher.refuse = False
-            session.prepare_next()
+            if ready:
+                session.prepare_next()
 
     def _drop_early(self) -> None:
         """Forget the early grading; one still running is stopped (its workers killed, none started)."""

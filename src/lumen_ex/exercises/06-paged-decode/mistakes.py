@@ -40,11 +40,11 @@ def slots_read(block_table, seq_lens, b: int, page_size: int, *, read: str = "ri
     page j read as physical page j).
     """
     t, max_t = int(seq_lens[b]), int(seq_lens.max())
-    row = block_table[0] if rows == "row0" else block_table[b]
+    row = (block_table[0] if rows == "row0" else block_table[b]).tolist()    # (max_pages,) as ints
     out = []
     for pos in _positions(read, t, max_t, page_size, block_table.shape[1]):
         j = pos // page_size
-        out.append((j if rows == "logical" else int(row[j]), pos % page_size))
+        out.append((j if rows == "logical" else row[j], pos % page_size))
     return out
 
 
@@ -106,8 +106,9 @@ def step(x_t, k_pages, v_pages, block_table, seq_lens, w_q, w_k, w_v, w_o, n_hea
         cells = slots_read(block_table, seq_lens, b, page_size, read=read, rows=rows)
         if not cells:
             return None
-        keys = torch.stack([src_k[p, :, sl] for p, sl in cells], dim=1)      # (n_kv_heads, L, d_head)
-        vals = torch.stack([src_v[p, :, sl] for p, sl in cells], dim=1)
+        pages, slots = torch.tensor(cells).T                                 # (L,) each: one gather
+        keys = src_k[pages, :, slots].transpose(0, 1)                        # (n_kv_heads, L, d_head)
+        vals = src_v[pages, :, slots].transpose(0, 1)
         if expand == "interleave":
             keys, vals = keys.repeat_interleave(group, dim=0), vals.repeat_interleave(group, dim=0)
         else:
