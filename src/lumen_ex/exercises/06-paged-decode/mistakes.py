@@ -70,13 +70,14 @@ def _split(x, n: int, order: str = "right"):
 
 def step(x_t, k_pages, v_pages, block_table, seq_lens, w_q, w_k, w_v, w_o, n_heads, *, write="right",
          read="right", rows="own", stale=False, expand="interleave", split="right", merge="right",
-         scale=None, softmax_dim=-1, entries_swapped=False):
+         scale=None, softmax_dim=-1, entries_swapped=False, attend=True):
     """One paged decode step with one knob turned: (y_t, k_pages, v_pages, seq_lens + 1) in float64,
     the pools as new tensors (the ones given are not changed). None when the knob makes no sense on
     these inputs (a slot or page out of range, nothing to attend to).
 
     stale: attend over the pools as they were before the write (the new token's slot still holds
     its stale entry). entries_swapped: the new value is written into k_pages and the key into v_pages.
+    attend=False: only the write (y_t is None), for the variants of the returned pools.
     """
     B = x_t.shape[0]
     n_kv, page_size = k_pages.shape[1], k_pages.shape[2]
@@ -97,6 +98,8 @@ def step(x_t, k_pages, v_pages, block_table, seq_lens, w_q, w_k, w_v, w_o, n_hea
                 return None
             kp[page, :, slot] = k_new[b]
             vp[page, :, slot] = v_new[b]
+    if not attend:
+        return None, kp, vp, seq_lens + 1
     src_k, src_v = (k_pages, v_pages) if stale else (kp, vp)
     d_head = k_pages.shape[3]
     s = 1 / math.sqrt(d_head) if scale is None else scale
@@ -208,12 +211,12 @@ def step_variants(x_t, k_pages, v_pages, block_table, seq_lens, w_q, w_k, w_v, w
     found = []
     if which in (K_PAGES, V_PAGES):
         name = "k_pages" if which == K_PAGES else "v_pages"
-        right = step(*args)
+        right = step(*args, attend=False)
         found.append(Variant("pools-swapped", f"your {name} is the other pool",
                              right[V_PAGES if which == K_PAGES else K_PAGES],
                              "return (y_t, k_pages, v_pages, seq_lens) in that order"))
         for ident, sentence, fix, knobs in POOL_CANDIDATES:
-            out = step(*args, **knobs)
+            out = step(*args, **knobs, attend=False)
             if out is not None:
                 found.append(Variant(ident, sentence.format(name=name), out[which], fix))
         return found
