@@ -296,4 +296,7 @@ def serve(channel: Channel, sandbox: str) -> int:
 
 
 if __name__ == "__main__":
+    from lumen_ex.core.trusted import quick_exit
+
+    quick_exit()
     sys.exit(main())

@@ -293,6 +293,10 @@ def main(argv: list[str] | None = None) -> None:
 
         reexec_isolated("lumen_ex.cli.main", sys.argv[1:])
     args = sys.argv[1:] if argv is None else argv
+    if argv is None:                # a process of its own (not a test calling main): exit quickly
+        from lumen_ex.core.trusted import quick_exit
+
+        quick_exit()
     _never_fail_to_encode()
     debug = "--debug" in args
     try:

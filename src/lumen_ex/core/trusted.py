@@ -74,6 +74,22 @@ def reexec_isolated(module: str, args: list[str]) -> None:
         os.execv(sys.executable, python_command(module, *args))
 
 
+def quick_exit() -> None:
+    """Spare this process the garbage collector's last walk over every object at its exit: torch
+    alone makes some hundreds of thousands, and that walk costs about 0.2 s of CPU on a 2-core
+    machine, in every `lumen-ex check`, grading process and server that imported it.
+
+    ``gc.freeze()`` is registered as an atexit callback: called at a process's start, it runs after
+    every callback registered later (atexit runs the last registered first). The exit is otherwise
+    unchanged: every atexit callback runs, the standard streams are flushed, the modules are torn
+    down; only objects kept alive by a reference cycle are left to the operating system, as when a
+    process is killed (tests/unit/test_quick_exit.py)."""
+    import atexit
+    import gc
+
+    atexit.register(gc.freeze)
+
+
 def _same_dir(a: str, b: str) -> bool:
     try:
         return os.path.samefile(a, b)

@@ -353,4 +353,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    from lumen_ex.core.trusted import quick_exit
+
+    quick_exit()
     sys.exit(main(sys.argv[1:]))
