@@ -1,10 +1,11 @@
 """How fast `lumen-ex watch` answers a save of a FAILING file, for every exercise, measured in one run.
 
     python bench/failing_rechecks.py [--via watch|playground|check] [--sandbox bwrap|none] [--typing S]
-                                     [--per-exercise 8] [--passing 3] [-e 5] [--quick]
+                                     [--per-exercise 8] [--passing 3] [-e 5] [--quick] [--load]
 
 ``--quick`` saves each file at once after the last result, without waiting for the worker kept in
-advance: a learner who saves again and again.
+advance: a learner who saves again and again. ``--load`` measures beside one other grading job (a
+`lumen-ex dev check` with two grading processes, run again and again): a laptop that is busy too.
 
 ``--via playground`` measures the same files through a `lumen-ex serve` process instead: each one
 posted as the editor's text (Ctrl+Enter), from the request to the result event
@@ -150,6 +151,8 @@ def main() -> None:
                         help="save again at once, without waiting for the worker kept in advance")
     parser.add_argument("--typing", type=float, default=0.0,
                         help="--via check: seconds between the save and the command (default 0: typed at once)")
+    parser.add_argument("--load", action="store_true",
+                        help="measure beside one other grading job (`lumen-ex dev check -j 2`, again and again)")
     args = parser.parse_args()
     from lumen_ex.core import catalog
     from lumen_ex.sandbox.bwrap import BwrapLauncher
@@ -164,17 +167,53 @@ def main() -> None:
     if args.via == "check":
         how = functools.partial(measure_check, typing=args.typing)
         when += f", the command {args.typing:g} s after the save" if args.typing else ", the command at once"
+    load = Load(sandbox) if args.load else None
+    if load is not None:
+        when += ", beside one other grading job"
     print(f"failing re-checks in {shown} (--sandbox {sandbox}, {when}), seconds")
     print(f"{'exercise':<22}{'files':>6}{'fail median':>13}{'fail worst':>12}{'pass median':>13}{'fail/pass':>11}")
-    for ex in chosen:
-        files = sorted(ex.corpus_dir.glob("buggy/*.py"))[: args.per_exercise]
-        failing, passing, statuses = how(ex, files, args.passing, sandbox, pause=not args.quick)
-        if statuses[len(files):] != ["pass"] * args.passing:
-            raise SystemExit(f"{ex.slug}: the reference did not pass: {statuses}")
-        fail_median, pass_median = statistics.median(failing), statistics.median(passing)
-        print(f"{ex.dir:<22}{len(files):>6}{fail_median:>13.3f}{max(failing):>12.3f}{pass_median:>13.3f}"
-              f"{fail_median / pass_median:>11.2f}")
+    try:
+        for ex in chosen:
+            files = sorted(ex.corpus_dir.glob("buggy/*.py"))[: args.per_exercise]
+            failing, passing, statuses = how(ex, files, args.passing, sandbox, pause=not args.quick)
+            if statuses[len(files):] != ["pass"] * args.passing:
+                raise SystemExit(f"{ex.slug}: the reference did not pass: {statuses}")
+            fail_median, pass_median = statistics.median(failing), statistics.median(passing)
+            print(f"{ex.dir:<22}{len(files):>6}{fail_median:>13.3f}{max(failing):>12.3f}{pass_median:>13.3f}"
+                  f"{fail_median / pass_median:>11.2f}" + (f"{os.getloadavg()[0]:>8.1f} load" if load else ""),
+                  flush=True)
+    finally:
+        if load is not None:
+            load.stop()
     print("target: failing median <= 0.5 s, worst <= 1 s, fail/pass <= 1.5")
+
+
+class Load:
+    """One other grading job beside the measurements (``--load``): `lumen-ex dev check` of exercise
+    1's corpus with two grading processes at once, started again whenever it ends, until stopped.
+    The one-minute load average is printed after each exercise."""
+
+    def __init__(self, sandbox: str) -> None:
+        import subprocess
+
+        from common import LUMEN_EX
+
+        command = " ".join([LUMEN_EX, "dev", "check", "-e", "1", "-j", "2", "--sandbox", sandbox,
+                            "--seeds", "1,2,3,4,5,6,7,8", "--close-seeds", "''"])
+        self.proc = subprocess.Popen(["bash", "-c", f"while true; do {command}; done"], start_new_session=True,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(20)      # its grading processes and workers at work before the first measurement
+
+    def stop(self) -> None:
+        import signal
+        import subprocess
+
+        os.killpg(self.proc.pid, signal.SIGTERM)      # dev check stops its grading processes and workers
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
 
 
 if __name__ == "__main__":
