@@ -7,8 +7,9 @@ output is the same on every machine, seed 7), and its result is drawn by the com
 renderer (``lumen_ex.cli.render.render_result``) at both widths. One grading serves both widths:
 the result record is the same, only the drawing differs.
 
-At either width no line is wider than the terminal, the first failure comes before the table, the
-verdict and the next step end the output, and no two rows of the test table look the same.
+At either width no line is wider than the terminal, the first failure comes after the table, the
+verdict and the next step end the output, and no two rows of the test table look the same; at 80
+columns the first failure, the verdict and the next step fit on one 24-line screen with the prompt.
 Goldens live in tests/golden/check-failing-<exercise>-<width>.txt; LUMEN_EX_UPDATE_GOLDEN=1 rewrites them.
 """
 
@@ -66,8 +67,10 @@ def test_a_failing_check_reads_well_at_80_and_120_columns(results, number, width
     assert max(len(line) for line in lines) <= width, text
     rows = [line for line in lines if line[:1] in ROW_MARKS]
     assert rows and len(rows) == len(set(rows)), text
-    failure = next(i for i, line in enumerate(lines) if "first failure" in line.lower() or line.startswith("╭"))
-    assert failure < lines.index(rows[0]), "the first failure comes before the table"
+    failure = next(i for i, line in enumerate(lines) if "first failure:" in line)     # the panel's title
+    assert failure > lines.index(rows[-1]), "the first failure comes after the table"
     verdict = next(i for i, line in enumerate(lines) if re.match(r"Not yet · score ", line))
     assert lines[verdict + 1].startswith("Next: ") and verdict >= len(lines) - 3, text[-400:]
+    if width == 80:     # what a 80 x 24 terminal shows once the check ends: the last 23 lines, the prompt
+        assert len(lines) - failure <= 23, "\n".join(lines[failure:])
     compare(f"check-failing-{number}-{width}", text)

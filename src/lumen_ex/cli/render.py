@@ -39,9 +39,10 @@ def console() -> Console:
 
 
 def render_result(con: Console, result: RunResult, *, watching: bool = False) -> None:
-    """A check's result: its identity, the first failure, the table of tests, the summary.
-    ``watching`` (lumen-ex watch): the table comes first and the first failure last, next to the
-    prompt, so that it stays on screen however long the table; the next step is to save again."""
+    """A check's result: its identity, the table of tests, the first failure, the summary. The
+    first failure comes after the table, next to the verdict, the next step and the prompt, so that
+    they stay on one screen however long the table (80 x 24: tests/e2e/test_failing_goldens.py).
+    ``watching`` (lumen-ex watch): the next step is to save again."""
     ex = result.exercise
     sandbox = result.sandbox
     iso = "isolated" if sandbox.isolated else "NOT ISOLATED"
@@ -56,9 +57,8 @@ def render_result(con: Console, result: RunResult, *, watching: bool = False) ->
         con.print(Panel(Text(visible(sandbox.note or "This run was not isolated."), style="bold"),
                         title="warning", border_style="red"))
     first = result.first_failure
-    if watching:
-        con.print()
-        con.print(_table(result.tests, con.width))
+    con.print()
+    con.print(_table(result.tests, con.width))
     if first is not None:
         con.print()
         con.print(_failure_panel(first, result.misconceptions))
@@ -67,9 +67,6 @@ def render_result(con: Console, result: RunResult, *, watching: bool = False) ->
         if printed is not None:        # on a pass too, but folded: the first test that printed
             con.print()
             con.print(*_printed(printed.output, keep=3), sep="\n")
-    if not watching:
-        con.print()
-        con.print(_table(result.tests, con.width))
     con.print()
     con.print(_summary(result, watching=watching))
 
