@@ -53,6 +53,11 @@ class Early:
     ending: bool = False                  # its thread's last step has begun (a join returns at once)
 
     @property
+    def saved_at(self) -> str:
+        """The save's time of day, for the log."""
+        return time.strftime("%H:%M:%S", time.localtime(self.saved))
+
+    @property
     def running(self) -> bool:
         return self.thread is not None and self.thread.is_alive()
 
@@ -222,7 +227,7 @@ class CheckServer:
                 self.early = None
                 assert early.result is not None
                 self.session.record_result(early.result)
-                return early.result, f" (graded when saved at {time.strftime('%H:%M:%S', time.localtime(early.saved))})"
+                return early.result, f" (graded when saved at {early.saved_at})"
             self._drop_early()
         session = self._session_for(exercise)
         session.seed = self.next_seed if seed is None and self.next_seed is not None else seeds.choose(seed)
@@ -286,7 +291,7 @@ class CheckServer:
         early.thread.join()
         early.thread = None
         if early.result is not None and not early.cancelled:
-            log(f"graded the save of {time.strftime('%H:%M:%S', time.localtime(early.saved))}: "
+            log(f"graded the save of {early.saved_at}: "
                 f"{early.result.status.value} in {early.result.duration:.2f} s (kept for the next check)")
         if session is not None:
             session.launcher.refuse = False
