@@ -40,6 +40,9 @@ class GradeRequest:
     # A seed of its own for some students (dev check: one batch grades each corpus file under several
     # seeds, each (file, seed) a student); the others get the class seed.
     student_seeds: dict[str, int] = field(default_factory=dict)
+    # Folders of SUBMISSIONS that are no student's (besides ``out``): a Slurm shard's ``grade`` run
+    # writes under the class's DIR, which must not become an entry (src/lumen_ex/classroom/slurm.py).
+    exclude: tuple[Path, ...] = ()
 
 
 @dataclass

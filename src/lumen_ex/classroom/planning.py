@@ -76,7 +76,7 @@ class Planner:
         if not Path(req.submissions).is_dir():
             raise UsageError(f"{req.submissions} is not a folder", "Pass the folder holding one entry per student")
         notes = [] if req.status_only else grade_store.recover(self.out)
-        subs, self.skipped, found_notes = discover_entries(Path(req.submissions), exclude=(self.out,))
+        subs, self.skipped, found_notes = discover_entries(Path(req.submissions), exclude=(self.out, *req.exclude))
         notes += found_notes
         self.all_subs = subs
         if req.students:
@@ -113,7 +113,7 @@ class Planner:
             else:
                 shutil.rmtree(prepared.workspace, ignore_errors=True)
         if not req.status_only:
-            self._save_class()
+            self.save_class()
         return subs, jobs, resumed, notes
 
     def _fingerprint(self, sub: Submission, ex: Exercise, prepared: Prepared, versions: dict) -> dict:
@@ -152,7 +152,7 @@ class Planner:
         sweep(self._ensure_out())       # what a run killed by SIGKILL left (src/lumen_ex/classroom/leftovers.py)
         return Path(tempfile.mkdtemp(prefix=scratch_prefix(), dir=self.out)).absolute()
 
-    def _save_class(self) -> None:
+    def save_class(self) -> None:
         """DIR/class.json: the class seed, every entry found and skipped, the roster's match."""
         data = grade_store.load_class(self.out)
         data.update({

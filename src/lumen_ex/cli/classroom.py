@@ -26,6 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 from rich.text import Text
 
+from lumen_ex.cli.cluster import cluster_options, print_status, run_on_slurm, slurm_request
 from lumen_ex.cli.options import device_option, exercises_option, sandbox_option, seed_option
 from lumen_ex.core.options import FORMATS
 from lumen_ex.core.untrusted import clip, one_line
@@ -295,8 +296,9 @@ def exercises_of(numbers: tuple[str, ...], all_: bool):
 @device_option("cpu")
 @click.option("--timeout", type=float, default=None,
               help="Seconds one student x exercise may take (default: the exercise's limits + 60 s).")
-@click.option("--emit", type=click.Choice(("k8s",)), default=None,
-              help="Write Kubernetes manifests to --out instead of grading here (docs/classroom.md).")
+@click.option("--emit", type=click.Choice(("k8s", "slurm")), default=None,
+              help="Write Kubernetes manifests, or Slurm job scripts, to --out instead of grading here "
+                   "(docs/classroom.md).")
 @click.option("--image", default=None, help="With --emit k8s: the grader image reference in your registry.")
 @click.option("--collect", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
               help="Import results written by the cluster job (its results folder), then report.")
@@ -306,6 +308,7 @@ def exercises_of(numbers: tuple[str, ...], all_: bool):
               help="A CSV of the enrolled students: one gradebook row each, `missing` where nothing was submitted.")
 @click.option("--storage-class", default=None,
               help="With --emit k8s: the storage class of the shared volume's claim (default: the cluster's).")
+@cluster_options
 @late_options
 @click.pass_context
 def grade(ctx, submissions: Path, numbers, all_: bool, out: Path, jobs: int, sandbox: str, unsafe: bool, force: bool,
@@ -317,6 +320,10 @@ def grade(ctx, submissions: Path, numbers, all_: bool, out: Path, jobs: int, san
     exercises = exercises_of(numbers, all_)
     if not exercises:
         raise UsageError("no exercise chosen", "Pass --exercise N (repeatable) or --all")
+    cluster, slurm_opts = slurm_request(late)
+    if cluster and (emit == "k8s" or collect is not None):
+        raise UsageError("--cluster slurm grades on the cluster: it takes neither --emit k8s nor --collect",
+                         "Leave out one of them")
     if emit == "k8s":
         from lumen_ex.classroom.k8s import emit_manifests
 
@@ -337,7 +344,11 @@ def grade(ctx, submissions: Path, numbers, all_: bool, out: Path, jobs: int, san
     if status_only:
         from lumen_ex.classroom.scheduler import class_status
 
-        ctx.exit(render_status(con, class_status(req), roster, out))
+        code = render_status(con, class_status(req), roster, out)
+        print_status(con, out)
+        ctx.exit(code)
+    if cluster == "slurm" or emit == "slurm":
+        ctx.exit(run_on_slurm(con, req, slurm_opts, emit=emit == "slurm", render_report=render_report))
     progress = GradeProgress(con)
     graded = grade_and_report(req, progress, collect=collect)
     outcome, report = graded.outcome, graded.report
