@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import LUMEN_EX, REFERENCES
 from helpers.classes import EX1, grade, put
 
@@ -123,3 +124,51 @@ def test_only_whole_results_are_taken_in(tmp_path):
     slurm_rounds.mark_collected(round_dir)
     (out / "results" / "ann" / "01-attention.json").unlink()
     assert slurm_rounds.collect(out) == 0      # a collected round is never taken in again
+
+
+# Runs argv[1:] in a user namespace of its own that maps uids and gids 0-65535 as they are (so root
+# stays root, and the sandbox's uid exists) and allows no further user namespace in it.
+NO_USER_NAMESPACES = r"""
+import ctypes, os, sys
+ready_r, ready_w = os.pipe()
+mapped_r, mapped_w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    if ctypes.CDLL(None, use_errno=True).unshare(0x10000000) != 0:     # CLONE_NEWUSER
+        os._exit(90)
+    os.write(ready_w, b"u")
+    os.read(mapped_r, 1)
+    with open("/proc/sys/user/max_user_namespaces", "w") as f:
+        f.write("0")
+    os.execv(sys.argv[1], sys.argv[1:])
+os.read(ready_r, 1)
+for name in ("uid_map", "gid_map"):
+    with open(f"/proc/{pid}/{name}", "w") as f:
+        f.write("0 0 65536")
+os.write(mapped_w, b"m")
+sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+def test_a_node_that_forbids_user_namespaces_refuses_to_grade(tmp_path):
+    """The task runs where no user namespace can be made (a user namespace of its own whose
+    max_user_namespaces is 0, as on a node with them switched off): bwrap cannot build a sandbox,
+    and the task refuses to grade, saying so and what the admin can enable, rather than run the
+    students' code unisolated."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to map the ids of a user namespace with no room for more")
+    subs = _class(tmp_path, 2)
+    out = tmp_path / "grades"
+    emitted = grade([str(subs), "-e", "1", "--out", str(out), "--emit", "slurm", "--shards", "1", "--sandbox",
+                     "bwrap"], tmp_path)
+    assert emitted.returncode == 0, emitted.stderr
+    round_dir = out / "slurm" / "round-1"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYTEST_"))}
+    task = subprocess.run([sys.executable, "-I", "-c", NO_USER_NAMESPACES, sys.executable, "-I", "-m",
+                           "lumen_ex.classroom.slurm_task", "shard", str(round_dir), "0"],
+                          env=env, cwd="/", capture_output=True, text=True, timeout=300)
+    assert task.returncode == 2, task.stdout + task.stderr
+    refused = json.loads((round_dir / "shards" / "0" / "task.json").read_text())["refused"]
+    assert "bwrap cannot create a sandbox here" in refused and "max_*_namespaces exceeded" in refused, refused
+    assert "enable unprivileged user namespaces" in refused, refused
+    assert not list((round_dir / "shards" / "0").glob("results/*/*.json"))
