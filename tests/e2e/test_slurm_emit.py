@@ -70,6 +70,7 @@ def test_options_that_are_not_slurm_values_are_refused_before_anything_is_writte
     proc = grade([str(subs), "-e", "1", "--out", str(out), "--emit", "slurm", "--sbatch-options", str(extra)],
                  tmp_path)
     assert proc.returncode == 2 and f"{extra}:2 is not an #SBATCH line" in proc.stderr, proc.stderr
+    assert not (out / "slurm").exists()
     extra.write_text("#SBATCH --comment=`id`\n")
     proc = grade([str(subs), "-e", "1", "--out", str(out), "--emit", "slurm", "--sbatch-options", str(extra)],
                  tmp_path)

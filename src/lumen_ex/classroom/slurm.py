@@ -51,6 +51,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lumen_ex.classroom import slurm_rounds as rounds_mod
+from lumen_ex.classroom import store as grade_store
 from lumen_ex.classroom.batch_types import GradeRequest, Outcome
 from lumen_ex.classroom.gradebook import ClassReport
 from lumen_ex.classroom.planning import Planner
@@ -91,6 +92,7 @@ class Submitted:
 
     round_dir: Path | None
     shards: int = 0
+    students: int = 0
     checks: int = 0
     array: str = ""
     merge: str = ""
@@ -100,11 +102,8 @@ class Submitted:
 def plan_round(req: GradeRequest, opts: SlurmOptions) -> Submitted:
     """Take earlier rounds' results into DIR, then write a round for what is left (its folder is
     None when everything is graded already)."""
-    _check_options(opts)
-    if not SBATCH_PATH.fullmatch(str(Path(req.out).absolute())):
-        raise UsageError(f"--out {req.out}: Slurm's #SBATCH lines cannot carry this path (spaces or other "
-                         "special characters)", "Use a folder whose path has only letters, digits and . _ - /")
-    choose_sandbox(req.sandbox, req.unsafe)    # refuses here, before anything is submitted
+    extra = _checked_options(req, opts)      # every refusal comes before anything is written or submitted
+    choose_sandbox(req.sandbox, req.unsafe)
     rounds_mod.collect(req.out)
     outcome = Planner(replace(req, status_only=True)).status()
     todo: dict[str, int] = Counter(sub.student for sub, _, state in outcome.states if req.force or not state.current)
@@ -121,11 +120,15 @@ def plan_round(req: GradeRequest, opts: SlurmOptions) -> Submitted:
         shard_dir(round_dir, index).mkdir(parents=True)
         if not req.force:
             rounds_mod.seed_shard(req.out, round_dir, index, shard)
-    written = write_scripts(round_dir, req, opts, len(shards))
-    return Submitted(round_dir, len(shards), sum(todo.values()), written=written)
+    written = write_scripts(round_dir, req, opts, len(shards), extra)
+    return Submitted(round_dir, len(shards), len(keys), sum(todo.values()), written=written)
 
 
-def _check_options(opts: SlurmOptions) -> None:
+def _checked_options(req: GradeRequest, opts: SlurmOptions) -> list[str]:
+    """Refuse what cannot go into an #SBATCH line; the --sbatch-options file's lines."""
+    if not SBATCH_PATH.fullmatch(str(Path(req.out).absolute())):
+        raise UsageError(f"--out {req.out}: Slurm's #SBATCH lines cannot carry this path (spaces or other "
+                         "special characters)", "Use a folder whose path has only letters, digits and . _ - /")
     for name in ("partition", "account", "time_limit", "mem", "gres"):
         value = getattr(opts, name)
         if value is not None and not SBATCH_VALUE.fullmatch(value):
@@ -134,6 +137,7 @@ def _check_options(opts: SlurmOptions) -> None:
     for number in (opts.shards, opts.cpus_per_task):
         if number is not None and number < 1:
             raise UsageError("--shards and --cpus-per-task must be at least 1", "Pass 1 or more")
+    return extra_lines(opts.sbatch_file)
 
 
 def extra_lines(path: Path | None) -> list[str]:
@@ -153,8 +157,8 @@ def extra_lines(path: Path | None) -> list[str]:
     return lines
 
 
-def write_scripts(round_dir: Path, req: GradeRequest, opts: SlurmOptions, shards: int) -> list[Path]:
-    """array.sh, merge.sh and submit.sh in ``round_dir``."""
+def write_scripts(round_dir: Path, req: GradeRequest, opts: SlurmOptions, shards: int, extra: list[str]) -> list[Path]:
+    """array.sh, merge.sh and submit.sh in ``round_dir`` (``extra``: the --sbatch-options lines)."""
     python = shlex.quote(sys.executable)
     here = shlex.quote(str(round_dir.absolute()))
     common = [f"#SBATCH --{flag}={value}" for flag, value in (("partition", opts.partition),
@@ -162,7 +166,6 @@ def write_scripts(round_dir: Path, req: GradeRequest, opts: SlurmOptions, shards
     task = [*common, f"#SBATCH --cpus-per-task={opts.cpus_per_task or req.jobs}"]
     task += [f"#SBATCH --{flag}={value}" for flag, value in (("time", opts.time_limit), ("mem", opts.mem),
                                                             ("gres", opts.gres)) if value]
-    extra = extra_lines(opts.sbatch_file)
     header = "# Written by `lumen-ex grade --cluster slurm` (src/lumen_ex/classroom/slurm.py, docs/classroom.md)."
     array = ["#!/bin/bash", "#SBATCH --job-name=lumen-ex-grade", f"#SBATCH --array=0-{shards - 1}",
              f"#SBATCH --output={round_dir.absolute()}/logs/shard-%a.log", *task, *extra, header,
@@ -219,7 +222,7 @@ def recorded(round_dir: Path) -> tuple[int, int]:
     done = 0
     for index, keys in enumerate(plan["shards"]):
         for key in keys:
-            folder = shard_dir(round_dir, index) / "results" / key
+            folder = shard_dir(round_dir, index) / grade_store.RESULTS / key
             if folder.is_dir():
                 done += len(rounds_mod.whole_pairs(folder))
     return min(done, total), total
@@ -279,15 +282,16 @@ def finish(req: GradeRequest, sub: Submitted | None = None) -> tuple[ClassReport
     """Take the results into DIR and write its outputs (:func:`slurm_rounds.finish`); the notes say
     which shards did not finish and which checks still have no result."""
     rounds_mod.collect(req.out)
-    if sub is not None and sub.round_dir is not None:     # the round's class seed, whatever DIR records
-        req = replace(req, seed=rounds_mod.read_plan(sub.round_dir)["seed"])
+    round_dir = sub.round_dir if sub is not None else None
+    if round_dir is not None:     # the round's class seed, whatever DIR records
+        req = replace(req, seed=rounds_mod.read_plan(round_dir)["seed"])
     report, outcome = rounds_mod.finish(req)
-    notes = unfinished(sub.round_dir) if sub is not None and sub.round_dir is not None else []
-    missing = [(s, ex) for s, ex, state in outcome.states if not state.current]
-    if sub is not None and sub.round_dir is not None and sub.merge:
-        rounds_mod.mark_collected(sub.round_dir)
+    notes = unfinished(round_dir) if round_dir is not None else []
+    if round_dir is not None and sub is not None and sub.merge:
+        rounds_mod.mark_collected(round_dir)
+    missing = sum(not state.current for _, _, state in outcome.states)
     if missing:
-        notes.append(f"{len(missing)} checks have no result yet: run the same command again to submit them")
+        notes.append(f"{missing} checks have no result yet: run the same command again to submit them")
     return report, outcome, notes
 
 

@@ -25,13 +25,12 @@ decides what is still true, as for a local run).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import socket
 from dataclasses import replace
-from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 from lumen_ex.classroom import store as grade_store
 from lumen_ex.classroom.batch_types import GradeRequest, Outcome
@@ -156,10 +155,6 @@ def read_task(round_dir: Path, index: int) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 def node() -> str:
     return socket.gethostname()
 
@@ -167,24 +162,34 @@ def node() -> str:
 # -- collecting the results into DIR ---------------------------------------------------------------
 
 
-def whole_pairs(results: Path) -> list[tuple[Path, Path]]:
-    """(document, record) pairs under one student's results folder whose record matches its document."""
+class Pair(NamedTuple):
+    """A result document and its record, as read from a shard's results folder."""
+
+    document: Path
+    document_text: str
+    record: Path
+    record_text: str
+
+
+def whole_pairs(results: Path) -> list[Pair]:
+    """The (document, record) pairs under one student's results folder whose record matches its
+    document (src/lumen_ex/classroom/store.py ``belongs_to``)."""
     pairs = []
     for record in sorted(results.glob(f"*{grade_store.RECORD_SUFFIX}")):
         doc = record.with_name(record.name.removesuffix(grade_store.RECORD_SUFFIX) + ".json")
         try:
-            text = doc.read_text()
-            kept = json.loads(record.read_text())
+            text, kept_text = doc.read_text(), record.read_text()
+            kept = json.loads(kept_text)
         except (OSError, ValueError):
             continue
-        if isinstance(kept, dict) and kept.get("result_sha256") == hashlib.sha256(text.encode()).hexdigest():
-            pairs.append((doc, record))
+        if isinstance(kept, dict) and grade_store.belongs_to(kept, text):
+            pairs.append(Pair(doc, text, record, kept_text))
     return pairs
 
 
 def collect(out: Path) -> int:
     """Copy every whole result of the rounds not yet collected into DIR (each student from the
-    newest round that graded it); returns how many results were copied."""
+    newest round that graded it), the document before its record; returns how many were copied."""
     newest: dict[str, Path] = {}          # student key -> its results folder in the newest round
     for round_dir in rounds(out):
         if (round_dir / COLLECTED).exists():
@@ -198,18 +203,18 @@ def collect(out: Path) -> int:
         if not folder.is_dir():
             continue
         target = Path(out) / grade_store.RESULTS / key
-        for doc, record in whole_pairs(folder):
-            write_atomically(target / doc.name, doc.read_text())
-            write_atomically(target / record.name, record.read_text())
+        for pair in whole_pairs(folder):
+            write_atomically(target / pair.document.name, pair.document_text)
+            write_atomically(target / pair.record.name, pair.record_text)
             copied += 1
-        for name in (grade_store.SUBMISSION_INFO,):
-            if (folder / name).is_file():
-                write_atomically(target / name, (folder / name).read_text())
+        info = folder / grade_store.SUBMISSION_INFO
+        if info.is_file():
+            write_atomically(target / info.name, info.read_text())
     return copied
 
 
 def mark_collected(round_dir: Path) -> None:
-    write_atomically(Path(round_dir) / COLLECTED, now() + "\n")
+    write_atomically(Path(round_dir) / COLLECTED, grade_store.now() + "\n")
 
 
 # -- DIR's outputs, as a local run writes them ------------------------------------------------------

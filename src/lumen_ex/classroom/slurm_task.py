@@ -21,6 +21,7 @@ from pathlib import Path
 
 from lumen_ex.classroom import slurm as slurm_mod
 from lumen_ex.classroom import slurm_rounds as rounds_mod
+from lumen_ex.classroom import store as grade_store
 from lumen_ex.classroom.class_run import grade
 from lumen_ex.core.errors import LumenError
 from lumen_ex.core.trusted import quick_exit
@@ -35,7 +36,7 @@ def run_shard(round_dir: Path, index: int) -> int:
     plan = rounds_mod.read_plan(round_dir)
     if index >= len(plan["shards"]):
         raise LumenError(f"the round in {round_dir} has {len(plan['shards'])} shards, not {index + 1}")
-    rounds_mod.mark_task(round_dir, index, started=rounds_mod.now(), node=rounds_mod.node(),
+    rounds_mod.mark_task(round_dir, index, started=grade_store.now(), node=rounds_mod.node(),
                          job=os.environ.get("SLURM_JOB_ID", ""), finished=None, refused=None,
                          interrupted=None)
     try:
@@ -46,10 +47,10 @@ def run_shard(round_dir: Path, index: int) -> int:
         print(f"lumen-ex: shard {index} refused to grade: {why}", file=sys.stderr)
         return 2
     if run.outcome.interrupted:       # SIGTERM from Slurm (scancel, the time limit, preemption)
-        rounds_mod.mark_task(round_dir, index, interrupted=rounds_mod.now(), graded=run.outcome.graded)
+        rounds_mod.mark_task(round_dir, index, interrupted=grade_store.now(), graded=run.outcome.graded)
         print(f"lumen-ex: shard {index} was stopped after {run.outcome.graded} checks", file=sys.stderr)
         return 130
-    rounds_mod.mark_task(round_dir, index, finished=rounds_mod.now(), graded=run.outcome.graded,
+    rounds_mod.mark_task(round_dir, index, finished=grade_store.now(), graded=run.outcome.graded,
                          resumed=run.outcome.resumed)
     print(f"lumen-ex: shard {index}: {run.outcome.graded} checks graded, {run.outcome.resumed} kept")
     return 3 if run.report.needs_look else 0

@@ -125,8 +125,7 @@ def write_result(out: Path, key: str, ex_dir: str, document: str, fp: dict | Non
     write_atomically(document_path(out, key, ex_dir), document)
     if fp is None:
         return
-    record = {"fingerprint": fp, "result_sha256": hashlib.sha256(document.encode()).hexdigest(), "run": run,
-              "recorded": _now()}
+    record = {"fingerprint": fp, "result_sha256": _sha256(document), "run": run, "recorded": now()}
     write_atomically(record_path(out, key, ex_dir), json.dumps(record, indent=1) + "\n")
 
 
@@ -208,7 +207,7 @@ def state_of(out: Path, key: str, ex_dir: str, fp: dict) -> State:
     record = read_record(out, key, ex_dir)
     if record is None:
         return State("stale", "no record of what was graded (a result from an older lumen-ex or a cluster job)")
-    if record.get("result_sha256") != hashlib.sha256(text.encode()).hexdigest():
+    if not belongs_to(record, text):
         return State("stale", "its record does not match the result (a write was cut short)")
     why = differences(record["fingerprint"], fp)
     return State("stale", "; ".join(why)) if why else State("up to date")
@@ -255,7 +254,17 @@ def _short(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def _now() -> str:
+def belongs_to(record: dict, document: str) -> bool:
+    """Whether ``record`` is the record of the result document ``document`` (its text): a record
+    and a document that do not match are a write that was cut short."""
+    return record.get("result_sha256") == _sha256(document)
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 

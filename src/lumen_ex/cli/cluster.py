@@ -15,7 +15,7 @@ from lumen_ex.core.untrusted import one_line
 
 if TYPE_CHECKING:
     from lumen_ex.classroom.batch_types import GradeRequest
-    from lumen_ex.classroom.slurm import SlurmOptions
+    from lumen_ex.classroom.slurm import SlurmOptions, Submitted
 
 # The option names ``grade`` hands to :func:`slurm_request` (popped from its keyword arguments).
 PARAMS = ("cluster", "shards", "partition", "account", "shard_time", "cpus_per_task", "mem", "gres",
@@ -64,12 +64,8 @@ def run_on_slurm(con: Console, req: GradeRequest, opts: SlurmOptions, *, emit: b
     sub = slurm.plan_round(req, opts)
     if sub.round_dir is None:
         con.print("every check has a result that is still true: nothing to submit")
-        report, _, notes = slurm.finish(req)
-        _notes(con, notes)
-        render_report(con, report, req.out)
-        return 3 if report.needs_look else 0
-    con.print(f"{sub.checks} checks of {sum(1 for _ in _students(sub))} students in {sub.shards} shards: "
-              f"{sub.round_dir}")
+        return _finish(con, req, None, render_report)
+    con.print(f"{sub.checks} checks of {sub.students} students in {sub.shards} shards: {sub.round_dir}")
     if emit:
         for path in sub.written or []:
             click.echo(f"wrote {path}")
@@ -82,18 +78,18 @@ def run_on_slurm(con: Console, req: GradeRequest, opts: SlurmOptions, *, emit: b
         con.print("`lumen-ex grade ... --status` says how far it is; the merge job writes the gradebook")
         return 0
     slurm.wait(sub, lambda line: con.print(Text(one_line(line), style="dim")))
+    return _finish(con, req, sub, render_report)
+
+
+def _finish(con: Console, req: GradeRequest, sub: Submitted | None, render_report) -> int:
+    """Take the results in, write DIR's outputs, show the report; 3 when a check needs a look or has
+    no result yet, else 0."""
+    from lumen_ex.classroom import slurm
+
     report, _, notes = slurm.finish(req, sub)
     _notes(con, notes)
     render_report(con, report, req.out)
     return 3 if report.needs_look or notes else 0
-
-
-def _students(sub):
-    from lumen_ex.classroom.slurm_rounds import read_plan
-
-    assert sub.round_dir is not None
-    for keys in read_plan(sub.round_dir)["shards"]:
-        yield from keys
 
 
 def _notes(con: Console, notes: list[str]) -> None:
