@@ -47,7 +47,8 @@ pytest_plugins = ("helpers.cli",)
 # counted by name), the browser tests (one Chromium), the tests that read the corpus's one dev check run
 # (tests/e2e/test_corpus.py marks its own, as does tests/e2e/test_seed_stability.py). The docker attacks
 # graded by cold checks (COLD_DOCKER: each container found by its workspace, no slot started) are a
-# group of their own, beside the other docker tests; the first group that matches is a test's group.
+# group of their own, beside the other docker tests; the first group that matches is a test's group
+# (an attack graded in a grading slot names the "docker" group itself: tests/sandbox/test_attacks.py IN_SLOT).
 COLD_DOCKER = ("test_attacks.py", "test_protocol_attacks.py")
 XDIST_GROUPS = {"docker-cold": lambda item: item.get_closest_marker("docker") is not None
                 and item.path.name in COLD_DOCKER,

@@ -9,7 +9,9 @@ Two kinds of hostile submission for exercise 1, each graded through the real ent
       # attack: <one line>
       # category: process | forging | cheating | secrets
 
-  Every one is graded under bubblewrap and under docker. The in-process tricks that process
+  Every one is graded under bubblewrap and under docker (the in-process tricks, IN_SLOT, with the
+  worker forked in a docker grading slot as `lumen-ex grade` forks it; every other attack by a cold
+  `lumen-ex check --sandbox docker`, harness included in a container). The in-process tricks that process
   separation alone defeats (monkeypatching, subclasses, frame walking, sys.exit, forged stdout
   ...) are graded under the unisolated mode ("none") as well, since that mode must defeat them
   too; the attacks that only a sandbox can stop (killing the grader, reading its files or secrets,
@@ -107,9 +109,29 @@ FIRST_KIND = {"forbidden_alias": "forbidden", "forbidden_evasion": "forbidden"}
 ALL_FAILURES = {"sys_exit": ("exception", "SystemExit"),
                 "keyboard_interrupt": ("exception", "KeyboardInterrupt")}
 
+# Under docker, the in-process tricks that only the hidden suite's own checks meet (no forged output,
+# reply or result document, no process outliving its worker) are graded as `lumen-ex grade --sandbox
+# docker` and a repeated `lumen-ex check --sandbox docker` grade them: the harness in this process, the
+# worker forked in a grading slot's container (src/lumen_ex/sandbox/docker_slot.py; the "docker" xdist
+# group, which counts slots). Every other attack is graded by a cold check, as `lumen-ex check --sandbox
+# docker` grades it with no server: the whole check, harness included, in a container of its own.
+# tests/sandbox/test_zygote.py holds a slot's verdicts to a cold check's, sys_exit, atexit_exit and
+# monkeypatch_comparisons among its files.
+IN_SLOT = IN_PROCESS - {"exit_after_fake_pass", "fake_output_all_fds", "fake_reply_frame", "tamper_worker_replies",
+                        "daemon_escape"}
+
+
+def on_docker(name: str) -> pytest.param:
+    """The docker parameter of the generic test: ``docker-slot`` for IN_SLOT, else ``docker`` (cold)."""
+    if name in IN_SLOT:
+        return pytest.param(name, "docker-slot", marks=[*requires_docker, pytest.mark.xdist_group("docker")],
+                            id=f"{name}-docker-slot")
+    return on(name, "docker")
+
+
 CORPUS_RUNS = ([on(name, "bwrap") for name in sorted(GENERIC)]
                + [on(name, "none") for name in sorted(GENERIC & IN_PROCESS)]
-               + [on(path.stem, "docker") for path in ATTACKS])
+               + [on_docker(path.stem) for path in ATTACKS])
 
 
 # -------------------------------------------------------------------------------------------------
@@ -180,15 +202,16 @@ def leftover_cgroups() -> list[str]:
 
 
 def grade_attack(tmp: Path, name: str, backend: str, source: str, *, select: str | None = None,
-                 seed: int = 1234, token: str | None = None, kind: str = "corpus") -> Run:
+                 seed: int = 1234, token: str | None = None, kind: str = "corpus", launcher=None) -> Run:
     """Grade one attack for real, hashing the workspace before and after. With ``token``, first
-    wait (up to 10 s) for every process carrying it to be gone, and record whether they went."""
+    wait (up to 10 s) for every process carrying it to be gone, and record whether they went.
+    ``launcher`` (a docker grading slot's) starts the workers instead of ``backend``'s cold check."""
     root = workspace_with(tmp / f"{name}-{backend}", 1, source)
     before = tree_hash(root)
     cgroups = frozenset(leftover_cgroups())
     started = time.monotonic()
     result = run_check(1, workspace=root, sandbox=backend, seed=seed, device="cpu", record=False,
-                       select=select)
+                       select=select, launcher=launcher)
     seconds = time.monotonic() - started
     gone = wait_until(lambda: not live_processes_with(token), timeout=10) if token else True
     run = Run(name, backend, result, seconds, root, before, tree_hash(root), _report(result), gone, kind, cgroups)
@@ -233,9 +256,21 @@ def assert_defeated(run: Run) -> None:
                         f"blamed on lumen-ex) in {blamed}\n{describe(r)}")
     data = json.loads(r.to_json())
     assert data["status"] == r.status.value and data["status"] != "pass"
-    assert r.sandbox.backend == run.backend
+    assert r.sandbox.backend == run.backend.removesuffix("-slot")
     left = sorted(set(leftover_cgroups()) - run.cgroups_before)
     assert not left, f"worker cgroups left behind after {run.attack}: {left}"
+
+
+@pytest.fixture(scope="module")
+def docker_slot():
+    """One grading slot for the module's IN_SLOT attacks, as one `lumen-ex grade --sandbox docker`
+    process keeps one for its whole batch: each attack's worker is forked in it, fresh."""
+    from lumen_ex.sandbox import docker
+    from lumen_ex.sandbox.docker_slot import DockerSlotLauncher
+
+    launcher = DockerSlotLauncher(docker.probe()[1].ref)
+    yield launcher
+    launcher.close()
 
 
 @pytest.fixture
@@ -257,7 +292,7 @@ def test_every_attack_has_headers_and_a_plan():
     assert names == GENERIC | DEDICATED, f"attacks without a test: {names - GENERIC - DEDICATED}, " \
                                          f"tests without an attack: {(GENERIC | DEDICATED) - names}"
     assert GENERIC.isdisjoint(DEDICATED) and IN_PROCESS <= names
-    docker_runs = {p.values[0] for p in CORPUS_RUNS if p.values[1] == "docker"}
+    docker_runs = {p.values[0] for p in CORPUS_RUNS if p.values[1].startswith("docker")}
     assert docker_runs == names, f"attacks not graded under docker: {names - docker_runs}"
 
 
@@ -291,17 +326,21 @@ def test_control_honest_solution_passes_identically(control):
 
 @pytest.mark.parametrize("name,backend", CORPUS_RUNS)
 @pytest.mark.slow
-def test_attack_fails(tmp_path, name, backend, secret_env):
+def test_attack_fails(request, tmp_path, name, backend, secret_env):
     marker = f"lumen-hostile-{secrets.token_hex(8)}"
     source = (HOSTILE / f"{name}.py").read_text().replace(MARKER, marker)
-    run = grade_attack(tmp_path, name, backend, source, select=SELECT.get(name), token=marker)
+    slot = request.getfixturevalue("docker_slot") if backend == "docker-slot" else None
+    run = grade_attack(tmp_path, name, "docker" if slot else backend, source, select=SELECT.get(name), token=marker,
+                       launcher=slot)
+    run.backend = backend
     assert_defeated(run)
     assert run.before == run.after, "the workspace changed"
     assert run.survivors_gone, f"a process of {name} outlived the check under {backend}: {live_processes_with(marker)}"
-    if backend == "docker":
+    if backend.startswith("docker"):
         assert containers_of_workspace(run.workspace) == [], "a container was left behind"
     assert secret_env[1] not in run.result.to_json(), f"the host's secret reached the result under {backend}"
-    # The verdict details below were written for bwrap and the unisolated mode.
+    # The verdict details below were written for a harness on this side: bwrap, the unisolated mode and a
+    # docker slot (a cold docker check's harness runs in its container).
     if name in FIRST_KIND and backend != "docker":
         assert run.result.first_failure.diagnosis.kind == FIRST_KIND[name], describe(run.result)
     if name in ALL_FAILURES and backend != "docker":
