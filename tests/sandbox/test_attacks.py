@@ -330,9 +330,12 @@ def test_attack_fails(request, tmp_path, name, backend, secret_env):
     marker = f"lumen-hostile-{secrets.token_hex(8)}"
     source = (HOSTILE / f"{name}.py").read_text().replace(MARKER, marker)
     slot = request.getfixturevalue("docker_slot") if backend == "docker-slot" else None
+    forked = slot.forked if slot else 0
     run = grade_attack(tmp_path, name, "docker" if slot else backend, source, select=SELECT.get(name), token=marker,
                        launcher=slot)
     run.backend = backend
+    if slot:   # forked in the slot, not its fallback (a fresh worker in a container of its own)
+        assert slot.forked > forked, f"{name}: no worker was forked in the slot"
     assert_defeated(run)
     assert run.before == run.after, "the workspace changed"
     assert run.survivors_gone, f"a process of {name} outlived the check under {backend}: {live_processes_with(marker)}"
