@@ -205,13 +205,13 @@ def grade_attack(tmp: Path, name: str, backend: str, source: str, *, select: str
                  seed: int = 1234, token: str | None = None, kind: str = "corpus", launcher=None) -> Run:
     """Grade one attack for real, hashing the workspace before and after. With ``token``, first
     wait (up to 10 s) for every process carrying it to be gone, and record whether they went.
-    ``launcher`` (a docker grading slot's) starts the workers instead of ``backend``'s cold check."""
+    ``backend`` "docker-slot" grades under docker with ``launcher`` (a grading slot) starting the workers."""
     root = workspace_with(tmp / f"{name}-{backend}", 1, source)
     before = tree_hash(root)
     cgroups = frozenset(leftover_cgroups())
     started = time.monotonic()
-    result = run_check(1, workspace=root, sandbox=backend, seed=seed, device="cpu", record=False,
-                       select=select, launcher=launcher)
+    result = run_check(1, workspace=root, sandbox=backend.removesuffix("-slot"), seed=seed, device="cpu",
+                       record=False, select=select, launcher=launcher)
     seconds = time.monotonic() - started
     gone = wait_until(lambda: not live_processes_with(token), timeout=10) if token else True
     run = Run(name, backend, result, seconds, root, before, tree_hash(root), _report(result), gone, kind, cgroups)
@@ -331,9 +331,7 @@ def test_attack_fails(request, tmp_path, name, backend, secret_env):
     source = (HOSTILE / f"{name}.py").read_text().replace(MARKER, marker)
     slot = request.getfixturevalue("docker_slot") if backend == "docker-slot" else None
     forked = slot.forked if slot else 0
-    run = grade_attack(tmp_path, name, "docker" if slot else backend, source, select=SELECT.get(name), token=marker,
-                       launcher=slot)
-    run.backend = backend
+    run = grade_attack(tmp_path, name, backend, source, select=SELECT.get(name), token=marker, launcher=slot)
     if slot:   # forked in the slot, not its fallback (a fresh worker in a container of its own)
         assert slot.forked > forked, f"{name}: no worker was forked in the slot"
     assert_defeated(run)
