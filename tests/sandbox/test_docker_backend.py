@@ -275,6 +275,11 @@ FAKE_DOCKER = textwrap.dedent('''\
     if args[:2] == ["container", "inspect"]:
         print("Error: No such container: " + args[-1], file=sys.stderr)
         sys.exit(1)
+    if args[0] == "create":         # made after a while, like a daemon's create on a loaded machine
+        time.sleep(float(os.environ.get("FAKE_CREATE_S", "0")))
+        with open(os.environ["FAKE_DOCKER_LOG"], "a") as f:
+            f.write(json.dumps(["made", args[args.index("--name") + 1]]) + "\\n")
+        sys.exit(125 if os.environ.get("FAKE_DOCKER_MODE") == "fail" else 0)
     if args[0] != "run":
         sys.exit(0)
     mounts = [dict(kv.split("=", 1) for kv in next(csv.reader([a])) if "=" in kv)
@@ -394,6 +399,46 @@ def test_interrupt_still_cleans_up(tmp_path, fake_docker, signum):
     assert ["kill", name] in calls and ["rm", "-f", name] in calls
     assert fake_docker.leftovers() == []
     assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None) or callable(signal.getsignal(signal.SIGTERM))
+
+
+@pytest.mark.parametrize("what", ["slot", "fresh worker"])
+def test_ctrl_c_while_a_container_is_created_still_removes_it(tmp_path, fake_docker, what, monkeypatch):
+    """A slot or a worker container interrupted while docker creates it (src/lumen_ex/sandbox/docker.py
+    created): the creation is waited for, then the container is removed, so none is made after its
+    removal (the grading slot that `lumen-ex grade`'s Ctrl-C once left behind)."""
+    fake_docker.mode("nothing", FAKE_CREATE_S="1.5")
+    spec = _spec(tmp_path)
+    short = Path(__import__("tempfile").mkdtemp(prefix="lx-", dir="/tmp"))     # a socket's path is short
+    monkeypatch.setattr("tempfile.tempdir", str(short))
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    timer = __import__("threading").Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            if what == "slot":
+                docker_slot.slot_zygote("img:1", spec)
+            else:
+                docker_slot.DockerWorkerLauncher("img:1").launch(spec)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+        leftovers = list(short.iterdir())
+        __import__("shutil").rmtree(short)
+    assert leftovers == []
+    calls = fake_docker.calls()
+    name = calls[0][calls[0].index("--name") + 1]
+    assert calls[0][0] == "create" and calls[1] == ["made", name], calls
+    assert ["rm", "-f", name] in calls[2:], calls
+    assert not any(c[0] in ("run", "start") for c in calls), calls
+
+
+def test_a_created_container_is_started_attached(tmp_path, fake_docker):
+    fake_docker.mode("nothing")
+    argv = ["docker", "run", "--name", "lumen-x", "--interactive", "img:1", "python"]
+    assert docker_backend.created(argv, "lumen-x") == ["docker", "start", "--attach", "--interactive", "lumen-x"]
+    assert fake_docker.calls()[0] == ["create", "--name", "lumen-x", "--interactive", "img:1", "python"]
+    fake_docker.mode("fail")
+    assert docker_backend.created(["docker", "run", "--name", "lumen-y", "img:1"], "lumen-y")[1] == "run"
 
 
 def test_unreadable_workspace_is_a_usage_error(tmp_path, fake_docker):

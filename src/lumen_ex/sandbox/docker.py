@@ -284,3 +284,34 @@ def remove_container(name: str, wait: float = 60.0) -> None:
         if time.monotonic() > deadline:
             return
         time.sleep(0.2)
+
+
+CREATE_S = 60.0     # how long ``docker create`` may take (a loaded machine; normally well under a second)
+
+
+def created(run_argv: list[str], name: str) -> list[str]:
+    """Create the container of ``run_argv`` (a ``docker run`` command line naming it ``name``) and
+    return the command line that starts it attached (``docker start --attach``, with
+    ``--interactive`` where ``run_argv`` has it).
+
+    ``docker run`` creates its container on the daemon's side after it started: a ``run`` killed
+    early (Ctrl-C while a slot or a worker starts) can have its container made just after
+    :func:`remove_container` found no such name, and that container is never removed. ``docker
+    create`` is waited for, even through an interrupt, so when this returns or raises the container
+    exists (and its remover will find it) or never will. When the creation fails, ``run_argv`` is
+    returned: it fails the same way and says why where the caller reads the container's output."""
+    assert run_argv[1] == "run", run_argv
+    proc = subprocess.Popen([run_argv[0], "create", *run_argv[2:]], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        code = reap(proc, CREATE_S)
+    except BaseException:
+        reap(proc, CREATE_S)         # an interrupt: let the request end, so the container can be found
+        raise
+    if code is None:
+        kill(proc)
+        remove_container(name)
+        return run_argv
+    if code != 0:
+        return run_argv
+    return [run_argv[0], "start", "--attach", *(["--interactive"] if "--interactive" in run_argv else []), name]

@@ -132,8 +132,9 @@ def slot_zygote(image: str, spec: WorkerSpec) -> Zygote:
         listener.bind(str(path))
         path.chmod(0o666)
         listener.listen(1)
-        zygote.proc = subprocess.Popen(slot_argv(image, name, control, profile, spec), stdin=subprocess.DEVNULL,
-                                       stdout=log, stderr=log, start_new_session=True)
+        argv = docker.created(slot_argv(image, name, control, profile, spec), name)   # see created: Ctrl-C
+        zygote.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                       start_new_session=True)
     except BaseException:
         zygote.close()
         raise
@@ -239,10 +240,13 @@ class DockerWorkerLauncher(Launcher):
         cmd = self._command(spec, enforcement)
         pipes = WorkerPipes()
         try:
-            proc = subprocess.Popen(cmd.argv, stdin=pipes.req_r, stdout=pipes.rep_w, stderr=pipes.out_w,
+            argv = docker.created(cmd.argv, enforcement.name)     # see created: an interrupt leaves no container
+            proc = subprocess.Popen(argv, stdin=pipes.req_r, stdout=pipes.rep_w, stderr=pipes.out_w,
                                     close_fds=True, start_new_session=True)
         except BaseException:
             pipes.close()
+            if cmd.cleanup is not None:
+                cmd.cleanup()
             raise
         return pipes.hand_over(proc, enforcement, cmd.module_path, {**enforcement.describe(), **self.scratch(spec)},
                                cmd.cleanup)
