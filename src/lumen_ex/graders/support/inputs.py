@@ -52,27 +52,33 @@ def random_mask(gen: torch.Generator, *shape: int, p: float = 0.6) -> torch.Tens
         mask = inputs.random_mask(inputs.generator(seed), 2, 3, 5, 7)     # bool (B, H, L_q, L_k)"""
     mask = torch.rand(*shape, generator=gen, dtype=torch.float64) < p
     L_q, L_k = shape[-2], shape[-1]
-    flat = mask.reshape(-1, L_q, L_k)
     hide_at = 1 + (L_k - 1) // 2           # never 0 mod L_k (L_k >= 2): the two forced keys differ
-    hidden = lambda n, i: (i + n + hide_at) % L_k   # noqa: E731  the key forced hidden in row i of n
-    for n in range(flat.shape[0]):
-        for i in range(L_q):
-            flat[n, i, (i + n) % L_k] = True
-            flat[n, i, hidden(n, i)] = False
-        # A column with no allowed query (when L_q < L_k the forced keys do not reach every key):
-        # allow it in the first row whose forced hidden key is another one.
-        for j in range(L_k):
-            if not bool(flat[n, :, j].any()):
-                row = next((i for i in range(L_q) if hidden(n, i) != j), None)
-                if row is not None:
-                    flat[n, row, j] = True
+
+    def first_not_hiding(start: torch.Tensor, i: torch.Tensor, j: torch.Tensor, count: int) -> tuple[torch.Tensor, ...]:
+        """Of ``count`` consecutive rows (or slices), whose forced hidden keys are (i + start + hide_at)
+        % L_k, then one more, and so on: which is the first whose hidden key is not j (0 or 1, since
+        two consecutive ones differ), and whether there is one."""
+        first = (i + start + hide_at) % L_k != j
+        return torch.where(first, 0, 1), first | (count > 1 and L_k > 1)
+
+    # Every row forces one allowed key, (i + n) % L_k, and one hidden key, (i + n + hide_at) % L_k,
+    # for row i of the n-th (L_q, L_k) slice. (Vectorised: the same mask as setting them row by row.)
+    flat = mask.reshape(-1, L_q, L_k)                                        # (N, L_q, L_k), a view
+    n = torch.arange(flat.shape[0]).view(-1, 1).expand(-1, L_q)              # (N, L_q)
+    i = torch.arange(L_q).view(1, -1).expand(flat.shape[0], -1)              # (N, L_q)
+    flat[n, i, (i + n) % L_k] = True
+    flat[n, i, (i + n + hide_at) % L_k] = False
+    # A column with no allowed query (when L_q < L_k the forced keys do not reach every key):
+    # allow it in the first row whose forced hidden key is another one.
+    cn, cj = (~flat.any(dim=1)).nonzero(as_tuple=True)                       # (slice, key) pairs
+    row, found = first_not_hiding(cn, torch.zeros_like(cn), cj, L_q)
+    flat[cn[found], row[found], cj[found]] = True
     if len(shape) >= 3:      # a (query, key) hidden from every head of one batch item: allow it in one
-        heads = mask.reshape(-1, shape[-3], L_q, L_k)                      # (B, H, L_q, L_k)
-        for b in range(heads.shape[0]):
-            for i, j in (~heads[b].any(dim=0)).nonzero().tolist():
-                h = next((h for h in range(shape[-3]) if hidden(b * shape[-3] + h, i) != j), None)
-                if h is not None:
-                    heads[b, h, i, j] = True
+        H = shape[-3]
+        heads = mask.reshape(-1, H, L_q, L_k)                                # (B, H, L_q, L_k), a view
+        hb, hi, hj = (~heads.any(dim=1)).nonzero(as_tuple=True)             # (batch item, query, key)
+        h, found = first_not_hiding(hb * H, hi, hj, H)
+        heads[hb[found], h[found], hi[found], hj[found]] = True
     return mask
 
 
