@@ -23,7 +23,8 @@ For every exercise of every pack given (default: the built-in pack), in this ord
 
 Every grading goes through a warm batch (``lumen-ex grade``'s grading processes, forked workers,
 kept pytest sessions): one for every file under every seed, each (file, seed) a student with a seed
-of its own, then one for the close seeds; a pack of 300 files under 5 seeds costs minutes, not hours.
+of its own (the reference and correct files under the close seeds too), then one for the close
+seeds of the buggy files near the tolerance; a pack of 300 files under 5 seeds costs minutes, not hours.
 
 The report counts the corpus verdicts; ``ok`` is False at the first problem (all are listed).
 """
@@ -51,6 +52,7 @@ DEFAULT_CLOSE_SEEDS = (4, 5)
 # A buggy file whose first failure is a value difference at most this many times the tolerance is
 # near the line between pass and fail: it gets the close seeds too.
 CLOSE_RATIO = 10.0
+ALWAYS_CLOSE = ("reference", "correct")     # what files get the close seeds whatever their verdicts
 
 
 def dev_check(roots: list[Path] | None = None, *, seeds: tuple[int, ...] = DEFAULT_SEEDS,
@@ -133,7 +135,8 @@ class _Case:
 
 def _grade_all(report: Report, *, sandbox: str, jobs: int, progress) -> None:
     """Grade every case under every seed (the stub under the first only: it fails whatever the
-    inputs) in one warm batch, then the cases near the tolerance under the close seeds in a second."""
+    inputs), and the reference and correct files under the close seeds too, in one warm batch; then
+    the buggy files near the tolerance under the close seeds, in a second one."""
     cases = []
     for ex in report.exercises:
         cases += [_Case(ex, "stub", ex.stub_path), _Case(ex, "reference", ex.reference_path)]
@@ -142,8 +145,11 @@ def _grade_all(report: Report, *, sandbox: str, jobs: int, progress) -> None:
     got: dict[str, list[RunResult | None]] = {}   # by case.student
     try:
         base = [(c, seed) for i, seed in enumerate(report.seeds) for c in cases if i == 0 or c.what != "stub"]
+        # the reference and the correct files are always close (_is_close): their close seeds need
+        # no first round, so a pack with no close buggy file is graded in one batch
+        base += [(c, seed) for seed in report.close_seeds for c in cases if c.what in ALWAYS_CLOSE]
         _grade_round(report, scratch / "seeds", base, sandbox=sandbox, jobs=jobs, progress=progress, got=got)
-        close = [c for c in cases if _is_close(c, got.get(c.student, []))]
+        close = [c for c in cases if c.what not in ALWAYS_CLOSE and _is_close(c, got.get(c.student, []))]
         _grade_round(report, scratch / "close-seeds", [(c, seed) for seed in report.close_seeds for c in close],
                      sandbox=sandbox, jobs=jobs, progress=progress, got=got)
     finally:
@@ -168,7 +174,7 @@ def _is_close(case: _Case, results: list[RunResult | None]) -> bool:
     correct file are (their margin is how far below the tolerance they stay, which a verdict does not
     show); a buggy file is when a first failure was a value difference of at most CLOSE_RATIO times
     the tolerance at the worst value."""
-    if case.what in ("reference", "correct"):
+    if case.what in ALWAYS_CLOSE:
         return True
     if case.what != "buggy":
         return False
