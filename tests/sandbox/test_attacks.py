@@ -9,9 +9,10 @@ Two kinds of hostile submission for exercise 1, each graded through the real ent
       # attack: <one line>
       # category: process | forging | cheating | secrets
 
-  Every one is graded under bubblewrap and under docker (the in-process tricks, IN_SLOT, with the
-  worker forked in a docker grading slot as `lumen-ex grade` forks it; every other attack by a cold
-  `lumen-ex check --sandbox docker`, harness included in a container). The in-process tricks that process
+  Every one is graded under bubblewrap and under docker. The in-process tricks, IN_SLOT, have their
+  worker forked as `lumen-ex grade` forks it: from a warm zygote under bwrap, in a grading slot under
+  docker. Every other attack is graded as a cold `lumen-ex check` grades it: a fresh worker under bwrap,
+  a cold `lumen-ex check --sandbox docker` (harness included) in a container. The in-process tricks that process
   separation alone defeats (monkeypatching, subclasses, frame walking, sys.exit, forged stdout
   ...) are graded under the unisolated mode ("none") as well, since that mode must defeat them
   too; the attacks that only a sandbox can stop (killing the grader, reading its files or secrets,
@@ -60,7 +61,7 @@ from docker_support import containers_of_workspace, docker_param, live_processes
 
 from lumen_ex.core import catalog
 from lumen_ex.core.results import RunResult, Status
-from lumen_ex.harness.check import run_check
+from lumen_ex.harness.check import run_check, worker_spec
 
 EXERCISE = catalog.load().find(1)
 LIMITS = EXERCISE.limits
@@ -119,6 +120,16 @@ ALL_FAILURES = {"sys_exit": ("exception", "SystemExit"),
 # monkeypatch_comparisons among its files.
 IN_SLOT = IN_PROCESS - {"exit_after_fake_pass", "fake_output_all_fds", "fake_reply_frame", "tamper_worker_replies",
                         "daemon_escape"}
+# Under bwrap the same tricks are graded with the worker forked from a warm zygote of this process, as
+# `lumen-ex grade --sandbox bwrap`, `lumen-ex watch` and the check server fork theirs ("bwrap-forked");
+# every other GENERIC attack by a fresh worker, as a cold `lumen-ex check` starts it.
+# tests/e2e/test_seed_stability.py grades every hostile file forked as well, at three seeds.
+FORKED = {"docker-slot": "docker", "bwrap-forked": "bwrap"}     # each warm backend's sandbox
+
+
+def sandbox_of(backend: str) -> str:
+    """The sandbox a test backend grades under ("docker-slot" and "bwrap-forked" fork their workers)."""
+    return FORKED.get(backend, backend)
 
 
 def on_docker(name: str) -> pytest.param:
@@ -129,7 +140,14 @@ def on_docker(name: str) -> pytest.param:
     return on(name, "docker")
 
 
-CORPUS_RUNS = ([on(name, "bwrap") for name in sorted(GENERIC)]
+def on_bwrap(name: str) -> pytest.param:
+    """The bwrap parameter of the generic test: ``bwrap-forked`` for IN_SLOT, else ``bwrap`` (a fresh worker)."""
+    if name in IN_SLOT:
+        return pytest.param(name, "bwrap-forked", marks=requires_bwrap, id=f"{name}-bwrap-forked")
+    return on(name, "bwrap")
+
+
+CORPUS_RUNS = ([on_bwrap(name) for name in sorted(GENERIC)]
                + [on(name, "none") for name in sorted(GENERIC & IN_PROCESS)]
                + [on_docker(path.stem) for path in ATTACKS])
 
@@ -205,12 +223,15 @@ def grade_attack(tmp: Path, name: str, backend: str, source: str, *, select: str
                  seed: int = 1234, token: str | None = None, kind: str = "corpus", launcher=None) -> Run:
     """Grade one attack for real, hashing the workspace before and after. With ``token``, first
     wait (up to 10 s) for every process carrying it to be gone, and record whether they went.
-    ``backend`` "docker-slot" grades under docker with ``launcher`` (a grading slot) starting the workers."""
+    ``backend`` "docker-slot" ("bwrap-forked") grades under docker (bwrap) with ``launcher`` (a grading
+    slot, a zygote) forking the workers."""
     root = workspace_with(tmp / f"{name}-{backend}", 1, source)
     before = tree_hash(root)
+    if launcher is not None:    # its zygote, and the cgroup the zygote lives in, before the cgroups are listed
+        launcher.start(worker_spec(EXERCISE, root, root / EXERCISE.dir / EXERCISE.file, "cpu"))
     cgroups = frozenset(leftover_cgroups())
     started = time.monotonic()
-    result = run_check(1, workspace=root, sandbox=backend.removesuffix("-slot"), seed=seed, device="cpu",
+    result = run_check(1, workspace=root, sandbox=sandbox_of(backend), seed=seed, device="cpu",
                        record=False, select=select, launcher=launcher)
     seconds = time.monotonic() - started
     gone = wait_until(lambda: not live_processes_with(token), timeout=10) if token else True
@@ -256,7 +277,7 @@ def assert_defeated(run: Run) -> None:
                         f"blamed on lumen-ex) in {blamed}\n{describe(r)}")
     data = json.loads(r.to_json())
     assert data["status"] == r.status.value and data["status"] != "pass"
-    assert r.sandbox.backend == run.backend.removesuffix("-slot")
+    assert r.sandbox.backend == sandbox_of(run.backend)
     left = sorted(set(leftover_cgroups()) - run.cgroups_before)
     assert not left, f"worker cgroups left behind after {run.attack}: {left}"
 
@@ -329,11 +350,12 @@ def test_control_honest_solution_passes_identically(control):
 def test_attack_fails(request, tmp_path, name, backend, secret_env):
     marker = f"lumen-hostile-{secrets.token_hex(8)}"
     source = (HOSTILE / f"{name}.py").read_text().replace(MARKER, marker)
-    slot = request.getfixturevalue("docker_slot") if backend == "docker-slot" else None
+    slot = request.getfixturevalue({"docker-slot": "docker_slot", "bwrap-forked": "forked_bwrap"}[backend]) \
+        if backend in FORKED else None
     forked = slot.forked if slot else 0
     run = grade_attack(tmp_path, name, backend, source, select=SELECT.get(name), token=marker, launcher=slot)
-    if slot:   # forked in the slot, not its fallback (a fresh worker in a container of its own)
-        assert slot.forked > forked, f"{name}: no worker was forked in the slot"
+    if slot:   # forked, not started by the fallback (a fresh worker, in a container of its own under docker)
+        assert slot.forked > forked, f"{name}: no worker was forked"
     assert_defeated(run)
     assert run.before == run.after, "the workspace changed"
     assert run.survivors_gone, f"a process of {name} outlived the check under {backend}: {live_processes_with(marker)}"
