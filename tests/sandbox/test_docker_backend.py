@@ -279,7 +279,14 @@ FAKE_DOCKER = textwrap.dedent('''\
         time.sleep(float(os.environ.get("FAKE_CREATE_S", "0")))
         with open(os.environ["FAKE_DOCKER_LOG"], "a") as f:
             f.write(json.dumps(["made", args[args.index("--name") + 1]]) + "\\n")
-        sys.exit(125 if os.environ.get("FAKE_DOCKER_MODE") == "fail" else 0)
+        if os.environ.get("FAKE_DOCKER_MODE") == "fail":
+            sys.exit(125)
+        with open(os.path.join(os.path.dirname(os.environ["FAKE_DOCKER_LOG"]), "created.json"), "w") as f:
+            json.dump(args, f)
+        sys.exit(0)
+    if args[0] == "start":          # the container made last, run as `docker run` would run it
+        with open(os.path.join(os.path.dirname(os.environ["FAKE_DOCKER_LOG"]), "created.json")) as f:
+            args = ["run", *json.load(f)[1:]]
     if args[0] != "run":
         sys.exit(0)
     mounts = [dict(kv.split("=", 1) for kv in next(csv.reader([a])) if "=" in kv)
@@ -357,7 +364,7 @@ def test_verdict_comes_only_from_the_document(tmp_path, fake_docker):
     fake_docker.mode("copy", FAKE_DOCKER_DOC=str(doc), FAKE_DOCKER_EXIT="1")   # exit code ignored
     result = _fake_check(tmp_path)
     assert result.status is Status.PASS and result.score == 3.0
-    names = [c[c.index("--name") + 1] for c in fake_docker.calls() if c[0] == "run"]
+    names = [c[c.index("--name") + 1] for c in fake_docker.calls() if c[0] == "create"]
     assert ["rm", "-f", names[0]] in fake_docker.calls()      # not cleanly exited: removed by name
 
 
@@ -366,7 +373,8 @@ def test_a_clean_run_needs_no_extra_docker_calls(tmp_path, fake_docker):
     doc.write_text(json.dumps(_good_doc(seed=7)))
     fake_docker.mode("copy", FAKE_DOCKER_DOC=str(doc))
     assert _fake_check(tmp_path).status is Status.PASS
-    assert [c[0] for c in fake_docker.calls()] == ["run"]       # --rm removed it: no extra calls
+    # created, then started (docker.py created), and --rm removed it: no extra calls
+    assert [c[0] for c in fake_docker.calls()] == ["create", "made", "start"]
 
 
 def test_wall_clock_limit_kills_and_removes_by_name(tmp_path, fake_docker):
@@ -401,11 +409,12 @@ def test_interrupt_still_cleans_up(tmp_path, fake_docker, signum):
     assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None) or callable(signal.getsignal(signal.SIGTERM))
 
 
-@pytest.mark.parametrize("what", ["slot", "fresh worker"])
+@pytest.mark.parametrize("what", ["slot", "fresh worker", "cold check"])
 def test_ctrl_c_while_a_container_is_created_still_removes_it(tmp_path, fake_docker, what, monkeypatch):
-    """A slot or a worker container interrupted while docker creates it (src/lumen_ex/sandbox/docker.py
-    created): the creation is waited for, then the container is removed, so none is made after its
-    removal (the grading slot that `lumen-ex grade`'s Ctrl-C once left behind)."""
+    """A slot, a worker container or a cold check's container interrupted while docker creates it
+    (src/lumen_ex/sandbox/docker.py created): the creation is waited for, then the container is
+    removed, so none is made after its removal (the grading slot that `lumen-ex grade`'s Ctrl-C once
+    left behind)."""
     fake_docker.mode("nothing", FAKE_CREATE_S="1.5")
     spec = _spec(tmp_path)
     short = Path(__import__("tempfile").mkdtemp(prefix="lx-", dir="/tmp"))     # a socket's path is short
@@ -417,8 +426,10 @@ def test_ctrl_c_while_a_container_is_created_still_removes_it(tmp_path, fake_doc
         with pytest.raises(KeyboardInterrupt):
             if what == "slot":
                 docker_slot.slot_zygote("img:1", spec)
-            else:
+            elif what == "fresh worker":
                 docker_slot.DockerWorkerLauncher("img:1").launch(spec)
+            else:
+                _fake_check(tmp_path)
     finally:
         timer.cancel()
         signal.signal(signal.SIGINT, previous)

@@ -11,7 +11,8 @@ a pids limit, a CPU limit, no capabilities but SETUID, SETGID (to become the wor
 (to kill it), no-new-privileges, no IPC namespace sharing and docker's default seccomp profile. A
 wall-clock limit kills it; whatever happens (a timeout, an exception, Ctrl-C, SIGTERM), the
 container is killed and removed by name before this returns, because killing the docker command
-line does not stop a container.
+line does not stop a container. Every container of lumen-ex is made by a ``docker create`` that is
+waited for and then started attached (:func:`created`), so that an interrupt cannot race its creation.
 """
 
 from __future__ import annotations
@@ -234,6 +235,7 @@ def _run_container(argv: list[str], name: str, *, seed: int, limit: float) -> tu
     which passes it into the container's environment, where the worker cannot read it.
     """
     env = dict(os.environ, **{SEED_ENV: str(seed)})
+    argv = created(argv, name, env)     # an interrupt from here on finds the container, or none is made
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env=env, start_new_session=True)
     tail: collections.deque[bytes] = collections.deque(maxlen=16)
@@ -289,7 +291,7 @@ def remove_container(name: str, wait: float = 60.0) -> None:
 CREATE_S = 60.0     # how long ``docker create`` may take (a loaded machine; normally well under a second)
 
 
-def created(run_argv: list[str], name: str) -> list[str]:
+def created(run_argv: list[str], name: str, env: dict[str, str] | None = None) -> list[str]:
     """Create the container of ``run_argv`` (a ``docker run`` command line naming it ``name``) and
     return the command line that starts it attached (``docker start --attach``, with
     ``--interactive`` where ``run_argv`` has it).
@@ -299,10 +301,11 @@ def created(run_argv: list[str], name: str) -> list[str]:
     :func:`remove_container` found no such name, and that container is never removed. ``docker
     create`` is waited for, even through an interrupt, so when this returns or raises the container
     exists (and its remover will find it) or never will. When the creation fails, ``run_argv`` is
-    returned: it fails the same way and says why where the caller reads the container's output."""
+    returned: it fails the same way and says why where the caller reads the container's output.
+    ``env``: the docker command line's environment (where ``--env NAME`` takes its value from)."""
     assert run_argv[1] == "run", run_argv
     proc = subprocess.Popen([run_argv[0], "create", *run_argv[2:]], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
     try:
         code = reap(proc, CREATE_S)
     except BaseException:
