@@ -171,5 +171,5 @@ def test_a_node_that_forbids_user_namespaces_refuses_to_grade(tmp_path):
     assert task.returncode == 2, task.stdout + task.stderr
     refused = json.loads((round_dir / "shards" / "0" / "task.json").read_text())["refused"]
     assert "bwrap cannot create a sandbox here" in refused and "max_*_namespaces exceeded" in refused, refused
-    assert "enable unprivileged user namespaces" in refused, refused
+    assert "Enable unprivileged user namespaces: sudo sysctl -w kernel.unprivileged_userns_clone=1" in refused, refused
     assert not list((round_dir / "shards" / "0").glob("results/*/*.json"))

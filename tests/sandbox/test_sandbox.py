@@ -433,3 +433,34 @@ def test_an_interpreter_path_through_an_unmounted_folder_still_starts_workers(tm
     assert proc.returncode == 0, proc.stderr[-2000:]
     status, score, top = proc.stdout.split()
     assert status == "pass" and float(score) == float(top), proc.stdout
+
+
+@pytest.mark.parametrize("why", ["not installed", "no user namespaces"])
+def test_a_missing_sandbox_is_one_line_and_the_step_that_brings_it(monkeypatch, why):
+    """`--sandbox bwrap` where bwrap cannot run: exit code 3, the reason, then the one step that fixes
+    it, as the backend words it (an install command, or a sysctl: never "Install it" for a sysctl);
+    `--sandbox auto` says the same step in its NOT ISOLATED warning."""
+    from lumen_ex.core.errors import SandboxUnavailable
+    from lumen_ex.sandbox import bwrap as bwrap_mod
+    from lumen_ex.sandbox import select
+
+    def refused(*args, **kwargs):
+        if why == "not installed":
+            return None
+        raise __import__("subprocess").CalledProcessError(1, "bwrap", stderr=b"bwrap: No permissions to creating new namespace")
+
+    monkeypatch.setattr(bwrap_mod.shutil, "which", lambda name: None if name == "bwrap" and why == "not installed"
+                        else f"/usr/bin/{name}")
+    monkeypatch.setattr(bwrap_mod.subprocess, "run", refused)
+    monkeypatch.setattr(bwrap_mod, "_PROBED", [])       # probed again, here
+    step = ("Install it: sudo apt-get install -y bubblewrap" if why == "not installed"
+            else "Enable unprivileged user namespaces: sudo sysctl -w kernel.unprivileged_userns_clone=1")
+    with pytest.raises(SandboxUnavailable) as info:
+        select.select_backend("bwrap")
+    assert info.value.exit_code == 3 and info.value.next_step.startswith(step), info.value.next_step
+    assert "\n" not in str(info.value) and str(info.value).count("Install it") <= 1, str(info.value)
+    monkeypatch.setattr(select.docker, "probe", lambda: (select.docker.Availability(False, "no engine"),
+                                                         type("State", (), {"state": "no-engine"})()))
+    launcher, note = select.select_backend("auto")
+    assert isinstance(launcher, UnisolatedLauncher)
+    assert f"To get one: {step}" in note, note

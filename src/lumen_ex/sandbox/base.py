@@ -84,7 +84,7 @@ class Command:
 class Availability:
     ok: bool
     reason: str = ""
-    install: str = ""      # the one command that makes it available
+    install: str = ""      # the one next step that makes it available, as a user reads it ("Install it: ...")
 
 
 class Launched:

@@ -35,7 +35,7 @@ from lumen_ex.sandbox.base import (
 )
 
 SANDBOX_UID = 65534
-INSTALL = "sudo apt-get install -y bubblewrap   (Fedora: sudo dnf install bubblewrap)"
+INSTALL = "Install it: sudo apt-get install -y bubblewrap   (Fedora: sudo dnf install bubblewrap)"
 
 
 class BwrapLauncher(Launcher):
@@ -254,7 +254,7 @@ def _run_probe() -> Availability:
         return Availability(False, "bubblewrap (bwrap) is not installed", INSTALL)
     if os.geteuid() == 0 and not all(shutil.which(t) for t in ("unshare", "setpriv", "mount")):
         return Availability(False, "as root, the bwrap sandbox needs unshare, setpriv and mount (util-linux)",
-                            "sudo apt-get install -y util-linux mount")
+                            "Install them: sudo apt-get install -y util-linux mount")
     try:
         binds = _Binds(staged=os.geteuid() == 0)   # the same way real workers start
         try:
@@ -269,5 +269,5 @@ def _run_probe() -> Availability:
         detail = getattr(exc, "stderr", b"") or b""
         reason = detail.decode(errors="replace").strip().splitlines()[-1:] or [str(exc)]
         return Availability(False, f"bwrap cannot create a sandbox here: {reason[0]}",
-                            "enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1)")
+                            "Enable unprivileged user namespaces: sudo sysctl -w kernel.unprivileged_userns_clone=1")
     return Availability(True)

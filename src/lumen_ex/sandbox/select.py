@@ -25,7 +25,7 @@ def best_host_launcher(note: str = "") -> tuple[Launcher, str]:
     if why.ok:
         return BwrapLauncher(), note
     return UnisolatedLauncher(), join_notes(note, f"no sandbox available ({why.reason}): your code runs NOT ISOLATED. "
-                                                  f"Install one with: {why.install}")
+                                                  f"To get one: {why.install}")
 
 
 def select_backend(name: str) -> tuple[Backend, str]:
@@ -50,7 +50,7 @@ def select_backend(name: str) -> tuple[Backend, str]:
         raise SandboxUnavailable(f"unknown sandbox {name!r}", f"choose one of {', '.join(CHOICES)}")
     avail = cls.availability()
     if not avail.ok:
-        raise SandboxUnavailable(f"{name} sandbox unavailable: {avail.reason}", f"Install it: {avail.install}")
+        raise SandboxUnavailable(f"{name} sandbox unavailable: {avail.reason}", avail.install)
     return cls(), ""
 
 
