@@ -124,12 +124,13 @@ IN_SLOT = IN_PROCESS - {"exit_after_fake_pass", "fake_output_all_fds", "fake_rep
 # `lumen-ex grade --sandbox bwrap`, `lumen-ex watch` and the check server fork theirs ("bwrap-forked");
 # every other GENERIC attack by a fresh worker, as a cold `lumen-ex check` starts it.
 # tests/e2e/test_seed_stability.py grades every hostile file forked as well, at three seeds.
-FORKED = {"docker-slot": "docker", "bwrap-forked": "bwrap"}     # each warm backend's sandbox
+# Each warm backend: the sandbox it grades under, and the fixture of the launcher that forks its workers.
+FORKED = {"docker-slot": ("docker", "docker_slot"), "bwrap-forked": ("bwrap", "forked_bwrap")}
 
 
 def sandbox_of(backend: str) -> str:
     """The sandbox a test backend grades under ("docker-slot" and "bwrap-forked" fork their workers)."""
-    return FORKED.get(backend, backend)
+    return FORKED[backend][0] if backend in FORKED else backend
 
 
 def on_docker(name: str) -> pytest.param:
@@ -350,8 +351,7 @@ def test_control_honest_solution_passes_identically(control):
 def test_attack_fails(request, tmp_path, name, backend, secret_env):
     marker = f"lumen-hostile-{secrets.token_hex(8)}"
     source = (HOSTILE / f"{name}.py").read_text().replace(MARKER, marker)
-    slot = request.getfixturevalue({"docker-slot": "docker_slot", "bwrap-forked": "forked_bwrap"}[backend]) \
-        if backend in FORKED else None
+    slot = request.getfixturevalue(FORKED[backend][1]) if backend in FORKED else None
     forked = slot.forked if slot else 0
     run = grade_attack(tmp_path, name, backend, source, select=SELECT.get(name), token=marker, launcher=slot)
     if slot:   # forked, not started by the fallback (a fresh worker, in a container of its own under docker)

@@ -54,10 +54,10 @@ def random_mask(gen: torch.Generator, *shape: int, p: float = 0.6) -> torch.Tens
     L_q, L_k = shape[-2], shape[-1]
     hide_at = 1 + (L_k - 1) // 2           # never 0 mod L_k (L_k >= 2): the two forced keys differ
 
-    def first_not_hiding(start: torch.Tensor, i: torch.Tensor, j: torch.Tensor, count: int) -> tuple[torch.Tensor, ...]:
-        """Of ``count`` consecutive rows (or slices), whose forced hidden keys are (i + start + hide_at)
-        % L_k, then one more, and so on: which is the first whose hidden key is not j (0 or 1, since
-        two consecutive ones differ), and whether there is one."""
+    def first_not_hiding(start: torch.Tensor, i: torch.Tensor | int, j: torch.Tensor, count: int) -> tuple[torch.Tensor, ...]:
+        """Of ``count`` consecutive rows (or slices) from ``start``, the first of which forces key
+        (i + start + hide_at) % L_k hidden and each next one the key after: the index of the first that
+        does not hide key j (0 or 1: two consecutive ones differ), and whether there is one."""
         first = (i + start + hide_at) % L_k != j
         return torch.where(first, 0, 1), first | (count > 1 and L_k > 1)
 
@@ -71,7 +71,7 @@ def random_mask(gen: torch.Generator, *shape: int, p: float = 0.6) -> torch.Tens
     # A column with no allowed query (when L_q < L_k the forced keys do not reach every key):
     # allow it in the first row whose forced hidden key is another one.
     cn, cj = (~flat.any(dim=1)).nonzero(as_tuple=True)                       # (slice, key) pairs
-    row, found = first_not_hiding(cn, torch.zeros_like(cn), cj, L_q)
+    row, found = first_not_hiding(cn, 0, cj, L_q)
     flat[cn[found], row[found], cj[found]] = True
     if len(shape) >= 3:      # a (query, key) hidden from every head of one batch item: allow it in one
         H = shape[-3]
