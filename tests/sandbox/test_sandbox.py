@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import textwrap
 import time
@@ -416,9 +417,6 @@ def test_limits_mechanism_is_reported(any_sandbox):
 def test_an_interpreter_path_through_an_unmounted_folder_still_starts_workers(tmp_path):
     """``cd bench && ../.venv/bin/python ...`` gives a sys.executable with ``..`` through a folder the
     sandbox does not mount: the worker must be started by a path the sandbox can resolve."""
-    import subprocess
-    import sys
-
     from conftest import workspace_with
 
     root = workspace_with(tmp_path, 1, REFERENCES["attention"])
@@ -447,7 +445,7 @@ def test_a_missing_sandbox_is_one_line_and_the_step_that_brings_it(monkeypatch, 
     def refused(*args, **kwargs):
         if why == "not installed":
             return None
-        raise __import__("subprocess").CalledProcessError(1, "bwrap", stderr=b"bwrap: No permissions to creating new namespace")
+        raise subprocess.CalledProcessError(1, "bwrap", stderr=b"bwrap: No permissions to creating new namespace")
 
     monkeypatch.setattr(bwrap_mod.shutil, "which", lambda name: None if name == "bwrap" and why == "not installed"
                         else f"/usr/bin/{name}")
