@@ -173,6 +173,29 @@ def test_dev_check_without_grading_names_a_hint_for_a_mistake_that_does_not_exis
                         "mean 'softmax-wrong-axis'?"], problems
 
 
+def test_dev_check_never_says_ok_about_exercises_it_did_not_check(tmp_path):
+    """An exercise of another pack named with -e is a usage error naming that pack's folder, and a
+    pack that a same-name pack on LUMEN_EX_PATH replaces is a problem (never "ok · 0 exercise(s)")."""
+    new_pack(tmp_path / "course", slug="softmax", title="Softmax", name="course")
+    copy = pack_copy(tmp_path)
+    env = {**os.environ, "LUMEN_EX_PATH": os.pathsep.join([str(tmp_path / "course"), str(copy)])}
+    other = subprocess.run([LUMEN_EX, "dev", "check", str(tmp_path / "course"), "--no-grade", "-e", "1"],
+                           capture_output=True, text=True, timeout=120, cwd="/", env=env)
+    assert other.returncode == 2 and len(other.stderr.splitlines()) == 1, other.stdout + other.stderr
+    assert other.stderr.startswith(f"Error: exercise 1 (attention) is not in the pack checked ({(tmp_path / 'course').resolve()}) "
+                                   f"but in {copy.resolve()}. Name its pack's folder: lumen-ex dev check {copy.resolve()} -e 1")
+    replaced = subprocess.run([LUMEN_EX, "dev", "check", "--no-grade", "--format", "json"],
+                              capture_output=True, text=True, timeout=120, cwd="/", env=env)
+    assert replaced.returncode == 1, replaced.stdout + replaced.stderr
+    doc = json.loads(replaced.stdout)
+    assert doc["ok"] is False and [p["where"] for p in doc["problems"]] == ["lumen-ex"], doc["problems"]
+    assert doc["problems"][0]["what"].startswith(f"{packs.builtin_root()} is not the pack in use: the pack of the "
+                                                 f"same name at {copy.resolve()} is found first")
+    mine = subprocess.run([LUMEN_EX, "dev", "check", str(copy), "--no-grade", "-e", "attention", "--format", "json"],
+                          capture_output=True, text=True, timeout=120, cwd="/", env=env)
+    assert mine.returncode == 0 and [e["number"] for e in json.loads(mine.stdout)["exercises"]] == [1], mine.stdout
+
+
 def test_list_json_names_the_packs_and_exercises(tmp_path):
     new_pack(tmp_path / "course", slug="softmax", title="Softmax", name="course")
     proc = subprocess.run([LUMEN_EX, "list", "--format", "json", "--exercises", str(tmp_path / "course")],

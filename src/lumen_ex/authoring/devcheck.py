@@ -41,9 +41,9 @@ from lumen_ex.authoring.report import Report, verdict, verdict_differences
 from lumen_ex.classroom.batch_types import Finished, Progress
 from lumen_ex.core import catalog as catalog_mod
 from lumen_ex.core.catalog import Exercise
-from lumen_ex.core.errors import CatalogError
+from lumen_ex.core.errors import CatalogError, UnknownExercise
 from lumen_ex.core.exercise_modules import load as load_module
-from lumen_ex.core.packs import add_to_path, builtin_root, read_pack
+from lumen_ex.core.packs import add_to_path, builtin_root, discover, read_pack
 from lumen_ex.core.results import DIAGNOSIS_KINDS, RunResult, Status
 from lumen_ex.graders.support.mistakes import GENERIC_MISCONCEPTIONS
 
@@ -70,10 +70,21 @@ def dev_check(roots: list[Path] | None = None, *, seeds: tuple[int, ...] = DEFAU
     except CatalogError as exc:
         report.add("packs", str(exc))
         return report
+    in_use = {p.name: p.root for p in discover()}
+    for pack in packs:      # a pack of the same name found first (LUMEN_EX_PATH) is graded in its place
+        if in_use.get(pack.name, pack.root) != pack.root:
+            report.add(pack.name, f"{pack.root} is not the pack in use: the pack of the same name at "
+                                  f"{in_use[pack.name]} is found first (LUMEN_EX_PATH), so none of this folder's "
+                                  f"exercises can be checked; check that folder instead, or take it off LUMEN_EX_PATH")
     report.exercises = [ex for ex in everything.exercises if any(ex.root.parent == p.root for p in packs)]
     if only:
-        wanted = {everything.find(key).number for key in only}
-        report.exercises = [ex for ex in report.exercises if ex.number in wanted]
+        wanted = [everything.find(key) for key in only]
+        for ex in wanted:
+            if ex not in report.exercises:
+                raise UnknownExercise(f"exercise {ex.number} ({ex.slug}) is not in the pack checked "
+                                      f"({', '.join(str(p.root) for p in packs)}) but in {ex.root.parent}",
+                                      f"Name its pack's folder: lumen-ex dev check {ex.root.parent} -e {ex.number}")
+        report.exercises = [ex for ex in report.exercises if ex in wanted]
     for pack in packs:
         for problem in catalog_mod.unlisted_folders(pack):
             report.add(pack.name, problem)

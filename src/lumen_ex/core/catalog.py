@@ -282,9 +282,8 @@ def unlisted_files(ex: Exercise) -> list[str]:
 
 
 def unlisted_folders(pack: Pack) -> list[str]:
-    """Entries of the pack folder that pack.toml does not list."""
-    allowed = {"pack.toml", "WORKSPACE.md", "README.md", *pack.folders}
-    if pack.builtin:
-        allowed.add("__init__.py")
+    """Entries of the pack folder that pack.toml does not list. (``__init__.py`` is the built-in
+    pack's package marker, and so is found in every course's copy of it: never read, always allowed.)"""
+    allowed = {"pack.toml", "WORKSPACE.md", "README.md", "__init__.py", *pack.folders}
     return [f"{pack.root.name}/{child.name} is not listed in pack.toml: list it under exercises or remove it"
             for child in sorted(pack.root.iterdir()) if child.name not in allowed | IGNORED]

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol
 
+from lumen_ex.core.errors import SandboxUnavailable
 from lumen_ex.core.limits import Limits
 from lumen_ex.core.results import RunResult
 from lumen_ex.sandbox.cgroups import Enforcement
@@ -85,6 +86,11 @@ class Availability:
     ok: bool
     reason: str = ""
     install: str = ""      # the one next step that makes it available, as a user reads it ("Install it: ...")
+
+    def require(self, name: str) -> None:
+        """Nothing when available; otherwise SandboxUnavailable (exit code 3) with the reason and the next step."""
+        if not self.ok:
+            raise SandboxUnavailable(f"{name} sandbox unavailable: {self.reason}", self.install)
 
 
 class Launched:

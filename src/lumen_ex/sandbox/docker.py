@@ -30,7 +30,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lumen_ex.core.errors import DeviceUnavailable, SandboxUnavailable, UsageError
+from lumen_ex.core.errors import DeviceUnavailable, UsageError
 from lumen_ex.core.limits import Limits
 from lumen_ex.core.options import SEED_ENV, gpu_present
 from lumen_ex.core.results import RunResult, SandboxInfo, grader_error, join_notes
@@ -175,8 +175,7 @@ def run_flags(name: str, *, tmp_mb: int, memory_mb: int, processes: int, ipc: st
 def select_docker() -> DockerSandbox:
     """The docker backend, or SandboxUnavailable (exit code 3) with the one command that fixes it."""
     avail, state = probe()
-    if not avail.ok:
-        raise SandboxUnavailable(f"docker sandbox unavailable: {avail.reason}", avail.install)
+    avail.require("docker")
     return DockerSandbox(state.ref)
 
 

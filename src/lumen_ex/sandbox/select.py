@@ -48,9 +48,7 @@ def select_backend(name: str) -> tuple[Backend, str]:
     cls = HOST_LAUNCHERS.get(name)
     if cls is None:
         raise SandboxUnavailable(f"unknown sandbox {name!r}", f"choose one of {', '.join(CHOICES)}")
-    avail = cls.availability()
-    if not avail.ok:
-        raise SandboxUnavailable(f"{name} sandbox unavailable: {avail.reason}", avail.install)
+    cls.availability().require(name)
     return cls(), ""
 
 
