@@ -47,6 +47,7 @@ import torch
 TOKEN = "@TOKEN@"
 ctypes.CDLL(None).prctl(15, TOKEN.encode(), 0, 0, 0)   # PR_SET_NAME: the test finds us by name
 OPENED = []
+SLEPT = []
 for path in @TARGETS@:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK)
@@ -56,7 +57,8 @@ for path in @TARGETS@:
     os.close(fd)
 
 def scaled_dot_product_attention(q, k, v, mask=None):
-    time.sleep(4)          # long enough for the test to read our host uid from outside
+    if not SLEPT:          # once per process: long enough for the test to read our host uid from outside
+        SLEPT.append(time.sleep(4))
     raise RuntimeError("OPENED=" + json.dumps(OPENED) + " UID=" + str(os.getuid()))
 
 def causal_mask(L_q, L_k=None, device=None):
