@@ -364,6 +364,39 @@ def test_a_pack_that_forbids_softmax_gets_the_worker_layer_with_no_code_change(t
         pool.close()
 
 
+@pytest.mark.slow
+def test_forbidding_autograd_refuses_it_and_leaves_the_rest_working(tmp_path):
+    """torch.autograd.grad and torch.Tensor.backward forbidden (as an exercise that asks for a
+    backward pass by hand would): their short names are TorchScript built-ins that torch.ops lists
+    with no dispatcher operator behind them (aten::grad, aten::backward), which once made the worker
+    fail to load and every call fail. Now the worker loads, refuses both, and hand-written gradients
+    still work, in a real bwrap worker."""
+    import torch
+
+    from lumen_ex.sandbox.bwrap import BwrapLauncher
+
+    if not BwrapLauncher.availability().ok:
+        pytest.skip(BwrapLauncher.availability().reason)
+    forbidden = (ForbiddenAPI("torch.autograd.grad", aliases=("torch.autograd.backward",)),
+                 ForbiddenAPI("torch.Tensor.backward"))
+    assert "aten::grad" in forbidden[0].operators() and "aten::backward" in forbidden[1].operators()
+    source = ("import torch\n"
+              "def by_hand(x):\n    return 2 * x\n"
+              "def by_grad(x):\n    x = x.clone().requires_grad_()\n"
+              "    return torch.autograd.grad((x * x).sum(), x)[0]\n"
+              "def by_backward(x):\n    x = x.clone().requires_grad_()\n    (x * x).sum().backward()\n    return x.grad\n")
+    pool = _worker(tmp_path, source, ["by_hand", "by_grad", "by_backward"], forbidden, BwrapLauncher())
+    try:
+        x = torch.randn(3, 5)
+        assert _call(pool, "by_hand", x).get("ok") is True
+        for name, api in (("by_grad", "torch.autograd.grad"), ("by_backward", "torch.Tensor.backward")):
+            reply = _call(pool, name, x)
+            assert reply.get("ok") is False and "not allowed in this exercise" in reply["error"]["message"], (name, reply)
+            assert reply.get("forbidden") == [api], (name, reply)
+    finally:
+        pool.close()
+
+
 # -- end to end: the red team's attack and its siblings, graded ----------------------------------
 
 BY_HAND = (CORPORA["attention"] / "correct" / "einsum_arange.py").read_text()

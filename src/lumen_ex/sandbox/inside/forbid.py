@@ -188,7 +188,11 @@ def _refuse_kernel(kernel: str, api: str) -> bool:
     for overload in overloads:
         qualified = name if overload == "default" else f"{name}.{overload}"
         for key in KEYS:
-            if torch._C._dispatch_has_kernel_for_dispatch_key(f"{namespace}::{qualified}", key):
+            try:
+                has = torch._C._dispatch_has_kernel_for_dispatch_key(f"{namespace}::{qualified}", key)
+            except RuntimeError:    # a name torch.ops lists with no dispatcher operator (aten::grad,
+                break               # aten::backward: TorchScript built-ins): no kernel to refuse
+            if has:
                 try:
                     with warnings.catch_warnings():     # "overriding a kernel": not the learner's output
                         warnings.simplefilter("ignore")
