@@ -204,6 +204,24 @@ def findings(source: str, forbidden=EX1.forbidden, fn: str = "f") -> tuple[list[
     return scan.reached_from(fn), [f.why for f in scan.unverifiable(fn)]
 
 
+THREADS_AND_PROCESSES = {
+    "thread-pool": "import torch.multiprocessing as mp\ndef f(q):\n    return mp.pool.ThreadPool(1).apply(lambda: q)\n",
+    "dummy-pool": "import torch.multiprocessing as mp\ndef f(q):\n    return mp.dummy.Pool(1).apply(lambda: q)\n",
+    "process": "import torch\ndef f(q):\n    torch.multiprocessing.Process(target=print).start()\n    return q\n",
+    "from-torch": "from torch import multiprocessing\ndef f(q):\n    return multiprocessing.get_context('spawn')\n",
+    "rpc": "import torch.distributed.rpc as rpc\ndef f(q):\n    return rpc.rpc_sync('w', print)\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(THREADS_AND_PROCESSES))
+def test_the_scan_refuses_code_run_in_a_thread_or_process_of_its_own(name):
+    """torch.multiprocessing and torch.distributed run code where the worker's own guards may not
+    hold (a new thread starts with grad mode on; a spawned process has no forbidden-API layer):
+    "cannot be verified", a fail, under any exercise's data."""
+    reached, unverifiable = findings(THREADS_AND_PROCESSES[name], ())
+    assert unverifiable and "runs or loads code the grader cannot read" in unverifiable[0], (reached, unverifiable)
+
+
 @pytest.mark.parametrize("name", sorted(ROUTES))
 def test_the_scan_never_passes_a_string_to_code_route(name):
     found, unverifiable = findings(ROUTES[name])
@@ -275,14 +293,26 @@ def test_a_pack_that_forbids_softmax_gets_the_scan_with_no_code_change(tmp_path)
 # -- the worker's layer, run for real in the sandbox ----------------------------------------------
 
 
-def _worker(tmp_path, source: str, names: list[str], forbidden, launcher) -> LearnerModule:
+def _worker(tmp_path, source: str, names: list[str], forbidden, launcher, autograd: bool = True) -> LearnerModule:
     folder = tmp_path / "ws" / "routes"
     folder.mkdir(parents=True)
     (folder / "routes.py").write_text(source)
     spec = WorkerSpec(workspace=tmp_path / "ws", module_dir=folder, device="cpu", limits=EX1.limits)
-    pool = WorkerPool(launcher, spec, module="routes", functions=names, forbidden=forbidden,
+    pool = WorkerPool(launcher, spec, module="routes", functions=names, forbidden=forbidden, autograd=autograd,
                       source=source.encode(), call_timeout=60)
     return pool
+
+
+def _answer(pool, fn: str, q):
+    """What ``fn(q)`` returned in the worker (it must not raise)."""
+    from lumen_ex.sandbox.inside import wire
+
+    tensors: list = []
+    header = {"op": "call", "fn": fn, "device": "cpu", "args": wire.pack((q,), tensors)[0], "kwargs": {}}
+    pool.ready()
+    reply = pool.call(header, tensors, 60)
+    assert reply.header.get("ok") is True, (fn, reply.header)
+    return wire.unpack(reply.header["result"], reply.tensors)
 
 
 def _call(pool, fn: str, q):
@@ -395,6 +425,87 @@ def test_forbidding_autograd_refuses_it_and_leaves_the_rest_working(tmp_path):
             assert reply.get("forbidden") == [api], (name, reply)
     finally:
         pool.close()
+
+
+# Each route returns the gradient of sum(x * x) = 2x without writing it: through the graph autograd
+# records, or by turning autograd back on first. With autograd on (the control) each one answers.
+AUTOGRAD_ROUTES = {
+    "walk_grad_fn": "def walk_grad_fn(x):\n    x = x.clone().requires_grad_()\n    y = (x * x).sum()\n"
+                    "    g = y.grad_fn(torch.ones(()))\n    return sum(y.grad_fn.next_functions[0][0](g))\n",
+    "requires_grad_kwarg": "def requires_grad_kwarg(x):\n    w = torch.zeros_like(x, requires_grad=True)\n"
+                           "    ((w + x) * (w + x)).sum().backward()\n    return w.grad\n",
+    "enable_grad": "def enable_grad(x):\n    with torch.enable_grad():\n        x = x.clone().requires_grad_()\n"
+                   "        (x * x).sum().backward()\n    return x.grad\n",
+    "enable_grad_decorator": "@torch.enable_grad()\ndef _inner(x):\n    x = x.clone().requires_grad_()\n"
+                             "    (x * x).sum().backward()\n    return x.grad\n"
+                             "def enable_grad_decorator(x):\n    return _inner(x)\n",
+    "set_grad_enabled": "def set_grad_enabled(x):\n    torch.set_grad_enabled(True)\n"
+                        "    x = x.clone().requires_grad_()\n    (x * x).sum().backward()\n    return x.grad\n",
+    "leave_inference_mode": "def leave_inference_mode(x):\n    with torch.inference_mode(False):\n"
+                            "        x = x.clone().requires_grad_()\n        (x * x).sum().backward()\n    return x.grad\n",
+    "c_switch": "def c_switch(x):\n    torch._C._set_grad_enabled(True)\n"
+                "    x = x.clone().requires_grad_()\n    (x * x).sum().backward()\n    return x.grad\n",
+    "func_grad": "def func_grad(x):\n    return torch.func.grad(lambda t: (t * t).sum())(x)\n",
+    "func_vjp": "def func_vjp(x):\n    return torch.func.vjp(lambda t: t * t, x)[1](torch.ones_like(x))[0]\n",
+    "func_jvp": "def func_jvp(x):\n    return torch.func.jvp(lambda t: t * t, (x,), (torch.ones_like(x),))[1]\n",
+    "dual_numbers": "def dual_numbers(x):\n    import torch.autograd.forward_ad as fwd\n    with fwd.dual_level():\n"
+                    "        tangent = fwd.unpack_dual(fwd.make_dual(x, torch.ones_like(x)) ** 2).tangent\n"
+                    "    return tangent.clone()\n",
+    "custom_function": "class _Square(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, t):\n"
+                       "        ctx.save_for_backward(t)\n        return t * t\n    @staticmethod\n"
+                       "    def backward(ctx, g):\n        return 2 * ctx.saved_tensors[0] * g\n"
+                       "def custom_function(x):\n    x = x.clone().requires_grad_()\n"
+                       "    _Square.apply(x).sum().backward()\n    return x.grad\n",
+    "in_a_thread": "def in_a_thread(x):\n    import threading\n    out = []\n    def run():\n"
+                   "        t = x.clone().requires_grad_()\n        y = (t * t).sum()\n"
+                   "        g = y.grad_fn(torch.ones(()))\n        out.append(sum(y.grad_fn.next_functions[0][0](g)))\n"
+                   "    thread = threading.Thread(target=run)\n    thread.start()\n    thread.join()\n    return out[0]\n",
+}
+SWITCHES = {"enable_grad", "enable_grad_decorator", "set_grad_enabled", "leave_inference_mode", "c_switch",
+            "func_grad", "func_vjp", "func_jvp"}
+HONEST = ("def by_hand(x):\n    return 2 * x\n"
+          "def under_no_grad(x):\n    with torch.no_grad():\n        return 2 * x\n"
+          "def under_inference_mode(x):\n    with torch.inference_mode():\n        return (2 * x).clone()\n")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["bwrap", "forked"])
+def test_with_autograd_off_no_route_computes_a_gradient(tmp_path, kind):
+    """exercise.toml ``autograd = false`` (an exercise whose learner writes a gradient by hand): in
+    a real bwrap worker, fresh and forked from a zygote, every route to autograd's answer fails:
+    walking the recorded graph finds none (in a new thread too, where grad mode starts on),
+    ``requires_grad=True``, dual numbers and a custom autograd.Function record none, and each way of turning autograd back on (torch.func's transforms
+    included) is refused, named torch.enable_grad. The same routes answer 2x in a
+    worker with autograd on (the control); no_grad and inference_mode still work."""
+    import torch
+
+    from lumen_ex.sandbox import zygote as zygotes
+    from lumen_ex.sandbox.bwrap import BwrapLauncher
+
+    if not BwrapLauncher.availability().ok or (kind == "forked" and not zygotes.supported()):
+        pytest.skip("no bwrap (or zygote) here")
+    launcher = BwrapLauncher() if kind == "bwrap" else zygotes.ZygoteLauncher(BwrapLauncher())
+    source = "import torch\n" + HONEST + "".join(AUTOGRAD_ROUTES.values())
+    names = ["by_hand", "under_no_grad", "under_inference_mode", *AUTOGRAD_ROUTES]
+    x = torch.randn(3, 4, dtype=torch.float64)
+    try:
+        control = _worker(tmp_path / "control", source, names, [], launcher)
+        off = _worker(tmp_path / "off", source, names, [], launcher, autograd=False)
+        for name in AUTOGRAD_ROUTES:
+            plain = _answer(control, name, x)
+            assert torch.equal(plain, 2 * x), (name, plain)      # the route reaches autograd's answer
+            refused = _call(off, name, x)
+            assert refused.get("ok") is False, (name, refused)
+            if name in SWITCHES:
+                assert refused.get("forbidden") == ["torch.enable_grad"], (name, refused)
+                assert "not allowed in this exercise (autograd is off" in refused["error"]["message"], (name, refused)
+        for name in ("by_hand", "under_no_grad", "under_inference_mode"):
+            assert _call(off, name, x).get("ok") is True, name
+        control.close()
+        off.close()
+    finally:
+        if kind == "forked":
+            launcher.close()
 
 
 # -- end to end: the red team's attack and its siblings, graded ----------------------------------

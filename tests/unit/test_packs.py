@@ -173,6 +173,21 @@ def test_dev_check_without_grading_names_a_hint_for_a_mistake_that_does_not_exis
                         "mean 'softmax-wrong-axis'?"], problems
 
 
+def test_autograd_is_on_unless_an_exercise_turns_it_off(tmp_path):
+    """exercise.toml ``autograd = false`` reaches the exercise (and the worker's load request, as
+    tests/sandbox/test_forbidden_routes.py shows); anything but true or false is one clear error."""
+    folder = new_pack(tmp_path / "course", slug="softmax", title="Softmax", name="course")
+    assert catalog.load(env_with(tmp_path / "course")).find("softmax").autograd is True
+    assert all(ex.autograd for ex in BUILTIN.exercises)
+    manifest = folder / "exercise.toml"
+    text = manifest.read_text()
+    manifest.write_text("autograd = false\n" + text)
+    assert catalog.load(env_with(tmp_path / "course")).find("softmax").autograd is False
+    manifest.write_text('autograd = "no"\n' + text)
+    with pytest.raises(CatalogError, match="autograd must be true or false, not 'no'"):
+        catalog.load(env_with(tmp_path / "course"))
+
+
 def test_dev_check_never_says_ok_about_exercises_it_did_not_check(tmp_path):
     """An exercise of another pack named with -e is a usage error naming that pack's folder, and a
     pack that a same-name pack on LUMEN_EX_PATH replaces is a problem (never "ok · 0 exercise(s)")."""

@@ -70,24 +70,21 @@ def dev_check(roots: list[Path] | None = None, *, seeds: tuple[int, ...] = DEFAU
     except CatalogError as exc:
         report.add("packs", str(exc))
         return report
-    in_use = {p.name: p.root for p in discover()}
-    for pack in packs:      # a pack of the same name found first (LUMEN_EX_PATH) is graded in its place
-        if in_use.get(pack.name, pack.root) != pack.root:
-            report.add(pack.name, f"{pack.root} is not the pack in use: the pack of the same name at "
-                                  f"{in_use[pack.name]} is found first (LUMEN_EX_PATH), so none of this folder's "
-                                  f"exercises can be checked; check that folder instead, or take it off LUMEN_EX_PATH")
     report.exercises = [ex for ex in everything.exercises if any(ex.root.parent == p.root for p in packs)]
     if only:
         wanted = [everything.find(key) for key in only]
-        for ex in wanted:
-            if ex not in report.exercises:
-                raise UnknownExercise(f"exercise {ex.number} ({ex.slug}) is not in the pack checked "
-                                      f"({', '.join(str(p.root) for p in packs)}) but in {ex.root.parent}",
-                                      f"Name its pack's folder: lumen-ex dev check {ex.root.parent} -e {ex.number}")
+        for ex in (ex for ex in wanted if ex not in report.exercises):
+            raise UnknownExercise(f"exercise {ex.number} ({ex.slug}) is not in the pack checked "
+                                  f"({', '.join(str(p.root) for p in packs)}) but in {ex.root.parent}",
+                                  f"Name its pack's folder: lumen-ex dev check {ex.root.parent} -e {ex.number}")
         report.exercises = [ex for ex in report.exercises if ex in wanted]
+    in_use = {p.name: p.root for p in discover()}   # a pack of the same name found first is graded in its place
     for pack in packs:
         for problem in catalog_mod.unlisted_folders(pack):
             report.add(pack.name, problem)
+        if in_use.get(pack.name, pack.root) != pack.root:
+            report.add(pack.name, f"{pack.root} is not the pack in use: the pack of the same name at {in_use[pack.name]} is "
+                                  "found first (LUMEN_EX_PATH); check that folder instead, or take it off LUMEN_EX_PATH")
     mine = catalog_mod.Catalog(everything.version, tuple(report.exercises))
     for problem in catalog_mod.validate(mine):
         report.add("manifest", problem)

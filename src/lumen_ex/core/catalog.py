@@ -44,6 +44,9 @@ class Exercise:
     times: TimeLimits
     limits: Limits
     forbidden: tuple[ForbiddenAPI, ...] = ()   # what the learner must write themselves (core/forbidden.py)
+    # False: the learner's code runs with autograd off, and every way to turn it on is refused
+    # (src/lumen_ex/sandbox/inside/forbid.py autograd_off), for an exercise that asks for a gradient by hand
+    autograd: bool = True
     hints: tuple[str, ...] = ()
     # a first failure's mistake id or diagnosis kind -> the hint (0-based) that answers it: `lumen-ex
     # hint` shows that one first after such a check ([hint_for] in exercise.toml, numbered from 1)
@@ -161,6 +164,13 @@ def from_packs(packs: list[Pack]) -> Catalog:
     return Catalog(version, tuple(exercises))
 
 
+def _flag(entry: dict[str, Any], key: str, default: bool) -> bool:
+    value = entry.get(key, default)
+    if type(value) is not bool:
+        raise ValueError(f"{key} must be true or false, not {value!r}")
+    return value
+
+
 def load_pack(root: Path) -> Catalog:
     """One pack on its own (``lumen-ex dev check PACK``)."""
     return from_packs([read_pack(root, builtin=Path(root).resolve() == builtin_root().resolve())])
@@ -192,6 +202,7 @@ def _exercise(entry: dict[str, Any], folder: str, pack: Pack) -> Exercise:
         limits=Limits(**{k: int(v) for k, v in times.items() if k in Limits.__dataclass_fields__}),
         forbidden=forbidden_apis.read(entry.get("forbidden", ()), entry.get("forbidden_api", {}),
                                       pack.forbidden_apis),
+        autograd=_flag(entry, "autograd", True),
         hints=tuple(entry.get("hints", ())),
         hint_for={str(k): int(v) - 1 for k, v in entry.get("hint_for", {}).items()},
         visibility={str(k): str(v) for k, v in entry.get("visibility", {}).items()},

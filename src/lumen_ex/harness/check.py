@@ -153,7 +153,7 @@ def check_here(ex: Exercise, workspace: Path, learner_file: Path, launcher: Laun
         from lumen_ex.harness.client import WorkerPool  # lazy: it imports torch, after the launch above
 
         pool = WorkerPool(launcher, spec, first=first, module=ex.module, functions=list(ex.functions),
-                          forbidden=list(ex.forbidden), source=source.data,
+                          forbidden=list(ex.forbidden), autograd=ex.autograd, source=source.data,
                           startup_timeout=ex.times.startup_seconds,
                           call_timeout=ex.times.call_seconds,
                           run_deadline=started + ex.times.run_seconds)

@@ -277,33 +277,31 @@ class WorkerPool:
     """
 
     def __init__(self, launcher: Launcher, spec: WorkerSpec, *, module: str, functions: list[str],
-                 first: Launched | Worker | None = None,
-                 forbidden: Iterable[ForbiddenAPI | str] = (), startup_timeout: float = 60.0, call_timeout: float = 10.0,
+                 first: Launched | Worker | None = None, forbidden: Iterable[ForbiddenAPI | str] = (),
+                 autograd: bool = True, startup_timeout: float = 60.0, call_timeout: float = 10.0,
                  run_deadline: float | None = None, source: bytes | None = None):
         self.launcher, self.spec = launcher, spec
         # The learner's file as read once when the check began (src/lumen_ex/core/snapshot.py): every worker
         # imports these bytes, never the file on disk, which may have been saved again since.
         self.source = source
-        # ForbiddenAPI data (src/lumen_ex/core/forbidden.py): the scan reads it, the worker disables it
+        # ForbiddenAPI data (src/lumen_ex/core/forbidden.py): the scan reads it, the worker disables it;
+        # and autograd = False (exercise.toml): the worker runs the learner's code with autograd off
         self.module, self.functions, self.forbidden = module, list(functions), list(as_apis(forbidden))
+        self.autograd, self.run_deadline = autograd, run_deadline
         self.startup_timeout, self.call_timeout = startup_timeout, call_timeout
-        self.run_deadline = run_deadline
         self.worker: Worker | None = None
         self.loaded = False
         self.signatures: dict[str, dict[str, Any] | None] | None = None   # wire_replies.check_functions
         self.load_failure: Exception | None = None
         self.hung: dict[str, str] = {}   # learner function -> why it is not called again (see call)
-        self.restarts = 0
-        self.import_output = ""
+        self.restarts, self.import_output = 0, ""
         self.enforced: dict[str, str] = {}   # which mechanism held each limit (for the record)
         self.spawn(first)
 
     def spawn(self, launched: Launched | Worker | None = None) -> None:
         if self.worker is None:
-            if isinstance(launched, Worker):   # handed in warm, perhaps with its hello read (watch mode)
-                self.worker = launched
-            else:
-                self.worker = Worker(launched or self.launcher.launch(self.spec))
+            # a Worker is handed in warm, perhaps with its hello read (watch mode)
+            self.worker = launched if isinstance(launched, Worker) else Worker(launched or self.launcher.launch(self.spec))
             self.enforced = dict(self.worker.launched.limits)
             self.loaded = False
 
@@ -344,8 +342,9 @@ class WorkerPool:
             hello_deadline = time.monotonic() + self._timeout(self.startup_timeout)
             worker.wait_hello(hello_deadline)
             if not self.loaded:
-                load = {"op": "load", "module": self.module, "path": worker.launched.module_path,
-                        "functions": self.functions, "forbidden": [api.to_wire() for api in self.forbidden]}
+                load: dict[str, Any] = {"op": "load", "module": self.module, "path": worker.launched.module_path,
+                                        "functions": self.functions, "autograd": self.autograd,
+                                        "forbidden": [api.to_wire() for api in self.forbidden]}
                 sent = []
                 if self.source is not None:
                     load["source"] = "tensor"           # the bytes travel as the frame's one tensor

@@ -55,10 +55,14 @@ MODULE_ATTRIBUTES = {
     "__future__": {"annotations"},
 }
 # Attributes of torch and numpy (too large to list) that turn a string into an object, load code,
-# or reach every module. Every private name (a leading underscore) is refused on every object.
+# reach every module, or run code in a thread or process of its own (torch.multiprocessing's pools
+# and processes, torch.distributed's rpc: where the worker's own guards may not hold, such as
+# grad mode, which every new thread starts with on). Every private name (a leading underscore) is
+# refused on every object.
 DENIED_ATTRIBUTES = {
     "torch": {"jit", "load", "package", "hub", "library", "compile", "fx", "export", "overrides",
-              "serialization", "cpp_extension", "model_zoo", "load_library", "classes", "utils"},
+              "serialization", "cpp_extension", "model_zoo", "load_library", "classes", "utils",
+              "multiprocessing", "distributed"},
     "numpy": {"load", "ctypeslib", "lib", "f2py", "distutils", "testing", "fromfile"},
 }
 # Functions that turn a name into a module: usable only called where they are named, with a literal.

@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import threading
 import warnings
 
 import torch
@@ -64,6 +65,57 @@ def disable(entries: list[dict[str, Any]]) -> list[str]:
             if not _refuse_kernel(kernel, api):
                 missing.append(kernel)
     return missing
+
+
+AUTOGRAD_API = "torch.enable_grad"     # what a learner reads when their code tries to turn autograd on
+
+
+def autograd_off() -> None:
+    """Autograd off in this process, for an exercise whose learner writes a gradient by hand
+    (exercise.toml ``autograd = false``): grad mode and forward-mode AD are switched off before the
+    learner's module is imported, so no operation records a graph (no ``grad_fn`` to walk, nothing
+    for ``.backward()`` to run), and the three switches every Python route goes through
+    (``torch.enable_grad``, ``set_grad_enabled``, ``inference_mode(False)``, their decorators and
+    torch.func's transforms all call them) refuse to turn them back on. Turning them off (``torch.no_grad()``,
+    ``inference_mode()``) still works. Grad mode is per thread and a new one starts with it on: a
+    thread started through ``threading`` turns it off before it runs anything (and the source scan
+    admits no module that starts a thread or a process: src/lumen_ex/harness/scan_rules.py)."""
+    set_grad, set_fwd_grad, inference_mode = (torch._C._set_grad_enabled, torch._C._set_fwd_grad_enabled,
+                                              torch._C._InferenceMode)
+
+    def refuse(what: str) -> NoReturn:
+        called.append(AUTOGRAD_API)
+        raise ForbiddenAPIError(f"{what} is not allowed in this exercise (autograd is off: it would compute "
+                                "the gradient you are to write): implement it yourself")
+
+    def set_grad_enabled(mode: bool) -> None:
+        if mode:
+            refuse("turning autograd on")
+        set_grad(False)
+
+    def set_fwd_grad_enabled(mode: bool) -> None:
+        if mode:
+            refuse("turning forward-mode autograd on")
+        set_fwd_grad(False)
+
+    def inference_mode_guard(mode: bool = True) -> object:
+        if not mode:
+            refuse("leaving inference mode (inference_mode(False) turns autograd on)")
+        return inference_mode(True)
+
+    bootstrap = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]  # CPython's, private
+
+    def bootstrap_off(thread: threading.Thread) -> None:
+        set_grad(False)
+        set_fwd_grad(False)
+        bootstrap(thread)
+
+    threading.Thread._bootstrap_inner = bootstrap_off   # type: ignore[attr-defined]
+    set_grad(False)
+    set_fwd_grad(False)
+    torch._C._set_grad_enabled = set_grad_enabled              # type: ignore[assignment]
+    torch._C._set_fwd_grad_enabled = set_fwd_grad_enabled      # type: ignore[assignment]
+    torch._C._InferenceMode = inference_mode_guard            # type: ignore[assignment,misc]
 
 
 def refusal(api: str, what: str) -> Callable[..., NoReturn]:

@@ -9,7 +9,8 @@ Protocol, after the worker says hello:
 
     {"id": 1, "op": "load", "module": "attention", "path": "/workspace/01-attention",
      "functions": ["scaled_dot_product_attention"],
-     "forbidden": [{"api": "torch.nn.MultiheadAttention", "names": [...], "kernels": [...]}]}
+     "forbidden": [{"api": "torch.nn.MultiheadAttention", "names": [...], "kernels": [...]}],
+     "autograd": true}
     {"id": 2, "op": "call", "fn": "causal_mask", "args": [...], "kwargs": {...}, "device": "cpu",
      "grad": {"wrt": [0, 1], "seeds": [...]}, "count_ops": false, "echo_args": false}
 """
@@ -190,6 +191,8 @@ def load(header: dict[str, Any], tensors: Sequence[torch.Tensor] = ()) -> types.
     # The learner's folder is never put on sys.path: no file in it can stand in for a module that
     # the learner's code, torch or the standard library imports by name.
     forbid.disable(list(header.get("forbidden", [])))
+    if header.get("autograd") is False:     # exercise.toml autograd = false
+        forbid.autograd_off()
     return import_exact(name, os.path.join(path, name + ".py"), source)
 
 
