@@ -469,22 +469,28 @@ HONEST = ("def by_hand(x):\n    return 2 * x\n"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["bwrap", "forked"])
+@pytest.mark.parametrize("kind", ["bwrap", "forked", "none", docker_param("docker-slot")])
 def test_with_autograd_off_no_route_computes_a_gradient(tmp_path, kind):
     """exercise.toml ``autograd = false`` (an exercise whose learner writes a gradient by hand): in
-    a real bwrap worker, fresh and forked from a zygote, every route to autograd's answer fails:
+    a real worker of every backend (bwrap's, fresh and forked from a zygote, the unisolated mode's,
+    and one forked in a docker grading slot) every route to autograd's answer fails:
     walking the recorded graph finds none (in a new thread too, where grad mode starts on),
     ``requires_grad=True``, dual numbers and a custom autograd.Function record none, and each way of turning autograd back on (torch.func's transforms
     included) is refused, named torch.enable_grad. The same routes answer 2x in a
     worker with autograd on (the control); no_grad and inference_mode still work."""
     import torch
 
+    from lumen_ex.sandbox import docker
     from lumen_ex.sandbox import zygote as zygotes
     from lumen_ex.sandbox.bwrap import BwrapLauncher
+    from lumen_ex.sandbox.docker_slot import DockerSlotLauncher
+    from lumen_ex.sandbox.unisolated import UnisolatedLauncher
 
-    if not BwrapLauncher.availability().ok or (kind == "forked" and not zygotes.supported()):
+    if kind in ("bwrap", "forked") and not BwrapLauncher.availability().ok or (
+            kind in ("forked", "docker-slot") and not zygotes.supported()):
         pytest.skip("no bwrap (or zygote) here")
-    launcher = BwrapLauncher() if kind == "bwrap" else zygotes.ZygoteLauncher(BwrapLauncher())
+    launcher = {"bwrap": BwrapLauncher, "forked": lambda: zygotes.ZygoteLauncher(BwrapLauncher()),
+                "none": UnisolatedLauncher, "docker-slot": lambda: DockerSlotLauncher(docker.probe()[1].ref)}[kind]()
     source = "import torch\n" + HONEST + "".join(AUTOGRAD_ROUTES.values())
     names = ["by_hand", "under_no_grad", "under_inference_mode", *AUTOGRAD_ROUTES]
     x = torch.randn(3, 4, dtype=torch.float64)
@@ -504,7 +510,7 @@ def test_with_autograd_off_no_route_computes_a_gradient(tmp_path, kind):
         control.close()
         off.close()
     finally:
-        if kind == "forked":
+        if kind in ("forked", "docker-slot"):
             launcher.close()
 
 
