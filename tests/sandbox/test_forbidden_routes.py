@@ -473,11 +473,11 @@ HONEST = ("def by_hand(x):\n    return 2 * x\n"
 def test_with_autograd_off_no_route_computes_a_gradient(tmp_path, kind):
     """exercise.toml ``autograd = false`` (an exercise whose learner writes a gradient by hand): in
     a real worker of every backend (bwrap's, fresh and forked from a zygote, the unisolated mode's,
-    and one forked in a docker grading slot) every route to autograd's answer fails:
-    walking the recorded graph finds none (in a new thread too, where grad mode starts on),
-    ``requires_grad=True``, dual numbers and a custom autograd.Function record none, and each way of turning autograd back on (torch.func's transforms
-    included) is refused, named torch.enable_grad. The same routes answer 2x in a
-    worker with autograd on (the control); no_grad and inference_mode still work."""
+    and one forked in a docker grading slot) every route to autograd's answer fails: walking the
+    recorded graph finds none (in a new thread too, where grad mode starts on), ``requires_grad=True``,
+    dual numbers and a custom autograd.Function record none, and each way of turning autograd back
+    on (torch.func's transforms included) is refused, named torch.enable_grad. The same routes
+    answer 2x in a worker with autograd on (the control); no_grad and inference_mode still work."""
     import torch
 
     from lumen_ex.sandbox import docker
