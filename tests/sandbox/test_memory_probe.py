@@ -13,7 +13,10 @@ part. These tests prove that with real workers and real allocations:
   pass).
 - suite level: quadratic flash_attention submissions that are exact, pass every other test, and
   hide their (L, L) matrix from the op counter (NumPy, at L >= 4096 only), each with one of those
-  tricks, graded for real: none gets full marks, and the memory test names quadratic-memory.
+  tricks, graded for real: none gets full marks, and the memory test names quadratic-memory. The
+  one whose child process comes from torch.multiprocessing is refused before it runs, by the source
+  scan (it admits no module that starts a process); the probe-level test still holds a forked
+  child's allocation to its size.
 
 They need root (a cgroup per worker) and bubblewrap; each skips with the reason where either is
 missing. ``none`` (the unisolated mode, as root: the worker can write its own cgroup there) is
@@ -400,7 +403,10 @@ ATTACKS = {
         out, lse = _quadratic(qn, kn, vn, causal)
         _ballast.append(np.ones(600 * 2**20 // 8))'''),
 }
-UNISOLATED = ["forked_child", "clear_refs", "import_ballast_freed", "import_ballast_swapped"]
+UNISOLATED = ["clear_refs", "import_ballast_freed", "import_ballast_swapped"]
+# Refused by the source scan before the memory test measures anything (src/lumen_ex/harness/scan_rules.py:
+# torch.multiprocessing starts processes where the worker's own guards may not hold).
+SCAN_REFUSED = {"forked_child"}
 
 
 def attack_source(name: str) -> str:
@@ -425,7 +431,7 @@ def memory_row(result):
 @needs_cgroup
 @needs_bwrap
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(ATTACKS))
+@pytest.mark.parametrize("name", [name for name in ATTACKS if name not in SCAN_REFUSED])
 def test_hidden_quadratic_attack_is_caught_under_bwrap(name):
     result = grade_attack(name, "bwrap")
     row = memory_row(result)
@@ -435,6 +441,19 @@ def test_hidden_quadratic_attack_is_caught_under_bwrap(name):
     # Everything else passed: the memory test alone caught it (the attack is exact and hidden from the counter).
     assert [t.id for t in result.tests if t.status is Status.FAIL] == [row.id], [(t.id, t.message) for t in result.tests
                                                                                if t.status is Status.FAIL]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sandbox", [pytest.param("bwrap", marks=needs_bwrap), "none"])
+def test_a_child_process_that_would_hold_the_matrix_is_refused_by_the_scan(sandbox):
+    """The forked-child trick (the matrix in a torch.multiprocessing child, which sends back only the
+    answer) never runs: every test that calls flash_attention fails as unverifiable, naming the
+    module, and the memory test with them."""
+    result = grade_attack("forked_child", sandbox, select="test_memory_linear_in_length or test_values")
+    assert result.score < result.max_score and result.tests
+    for row in result.tests:
+        assert row.status is Status.FAIL and row.diagnosis.misconception == "unverifiable-source", row
+        assert "uses torch's multiprocessing" in row.diagnosis.summary, row.diagnosis.summary
 
 
 @needs_cgroup
