@@ -204,6 +204,19 @@ def findings(source: str, forbidden=EX1.forbidden, fn: str = "f") -> tuple[list[
     return scan.reached_from(fn), [f.why for f in scan.unverifiable(fn)]
 
 
+def test_a_dtype_kept_in_a_name_is_a_value_not_a_module():
+    """``F64 = torch.float64`` then ``x.to(F64)`` was refused as "passes the module torch around"
+    (an alias of any dotted path under torch counted as torch itself): correct code written that way
+    could not pass. A name for a module itself is still refused when it is passed around."""
+    for source in ("import torch\nF64 = torch.float64\ndef f(q):\n    return q.to(F64)\n",
+                   "import torch\ndef f(q):\n    f32, dev = torch.float32, q.device\n    acc = torch.float32\n"
+                   "    return q.to(acc).to(dev)\n"):
+        assert findings(source) == ([], []), source
+    for source in ("import torch\ndef h(m):\n    return m\ndef f(q):\n    t = torch\n    return h(t)\n",
+                   "import torch\ndef h(m):\n    return m\nfn = torch.nn.functional\ndef f(q):\n    return h(fn)\n"):
+        assert any("passes the module" in why for why in findings(source)[1]), source
+
+
 THREADS_AND_PROCESSES = {
     "thread-pool": "import torch.multiprocessing as mp\ndef f(q):\n    return mp.pool.ThreadPool(1).apply(lambda: q)\n",
     "dummy-pool": "import torch.multiprocessing as mp\ndef f(q):\n    return mp.dummy.Pool(1).apply(lambda: q)\n",
