@@ -433,6 +433,61 @@ def _fresh_seccomp(launcher) -> str:
     return "0" if launcher.name == "bwrap" else "2"
 
 
+UNDER_TMP_SCRIPT = textwrap.dedent('''
+    import json, sys
+    from pathlib import Path
+    import torch
+    from lumen_ex.harness.client import WorkerPool
+    from lumen_ex.sandbox.base import WorkerSpec
+    from lumen_ex.sandbox.bwrap import BwrapLauncher
+    from lumen_ex.sandbox.cgroups import Limits
+    from lumen_ex.sandbox.inside import wire
+    from lumen_ex.sandbox.zygote import ZygoteLauncher
+
+    ws = Path(sys.argv[1])
+    launcher = ZygoteLauncher(BwrapLauncher())
+    pool = WorkerPool(launcher, WorkerSpec(workspace=ws, module_dir=ws / "probe", device="cpu", limits=Limits()),
+                      module="probe", functions=["f"], call_timeout=60)
+    tensors = []
+    header = {"op": "call", "fn": "f", "device": "cpu", "args": wire.pack((torch.zeros(2),), tensors)[0], "kwargs": {}}
+    pool.ready()
+    reply = pool.call(header, tensors, 60).header
+    print(json.dumps({"ok": reply.get("ok"), "error": reply.get("error"), "forked": launcher.forked}))
+    pool.close()
+    launcher.close()
+''')
+
+
+@pytest.mark.slow
+def test_a_forked_worker_imports_from_an_interpreter_that_lives_under_tmp(tmp_path):
+    """A checkout (and its venv) under /tmp: each forked worker gets an empty /tmp of its own, which
+    once hid the interpreter's folders, so a module nothing had imported yet (torch.func's
+    torch._dynamo, or here a module of the venv's own) was "not found" in a forked worker alone. The
+    venv here is made under /tmp (pytest's tmp_path) and adds this checkout's site-packages."""
+    import subprocess
+    import sys
+    import sysconfig
+
+    if not BwrapLauncher.availability().ok:
+        pytest.skip(BwrapLauncher.availability().reason)
+    venv = tmp_path / "venv"
+    assert str(venv.resolve()).startswith("/tmp/"), venv
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site_dir = Path(sysconfig.get_paths(vars={"base": str(venv)})["purelib"])
+    here = sysconfig.get_paths()["purelib"]
+    (site_dir / "checkout.pth").write_text(f"import site; site.addsitedir({here!r})\n")
+    (site_dir / "lazy_probe_mod.py").write_text("ONE = 1\n")     # imported by the learner's call only
+    (tmp_path / "ws" / "probe").mkdir(parents=True)
+    (tmp_path / "ws" / "probe" / "probe.py").write_text("def f(x):\n    import lazy_probe_mod\n"
+                                                          "    return x + lazy_probe_mod.ONE\n")
+    proc = subprocess.run([str(venv / "bin" / "python"), "-I", "-c", UNDER_TMP_SCRIPT, str(tmp_path / "ws")],
+                          capture_output=True, text=True, timeout=300, cwd="/")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    answer = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert answer["forked"] >= 1, answer                       # a forked worker, not the fresh fallback
+    assert answer["ok"] is True, answer
+
+
 def _graded_by_a_fresh_worker(launcher, ws: Path, **files: str) -> None:
     """A submission in ``ws`` (the attack module and ``files``) answers from a fresh worker of
     ``launcher``'s fallback, not a forked one."""

@@ -29,7 +29,7 @@ CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 32, 4096, 8192, 16384, 1 << 18
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME, MS_STRICTATIME = 1024, 2048, 1 << 21, 1 << 24
 # The flags /proc/self/mountinfo names, which a remount must repeat (a mount inherited from another
 # user namespace keeps them locked: dropping one is refused).

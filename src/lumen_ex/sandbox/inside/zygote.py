@@ -232,9 +232,22 @@ def _build_file_system(setup: dict[str, Any]) -> None:
     for covered in ("sys", "sysrq-trigger", "irq", "bus"):   # what bwrap's --proc makes read-only too
         if os.path.exists(f"/proc/{covered}"):
             c.bind_read_only(f"/proc/{covered}")
+    # The interpreter's own folders that live under /tmp or /dev/shm (a checkout under /tmp): the
+    # empty scratch tmpfs below would hide them, and every module not imported yet with them. Each is
+    # bound aside (on a staging tmpfs at /workspace, which the workspace's own tmpfs covers next),
+    # then moved back onto the same path in the new /tmp; the loop at the end makes it read-only.
+    kept = _runtime_under_scratch()
+    if kept:
+        c.mount("tmpfs", "/workspace", "tmpfs", c.MS_NOSUID | c.MS_NODEV, "size=64k,mode=0700")
+        for i, path in enumerate(kept):
+            os.mkdir(f"/workspace/{i}")
+            c.mount(path, f"/workspace/{i}", None, c.MS_BIND | c.MS_REC)
     scratch = f"size={int(setup['tmp_bytes'])},mode=1777"
     c.mount("tmpfs", "/tmp", "tmpfs", c.MS_NOSUID | c.MS_NODEV, scratch)
     c.mount("tmpfs", "/dev/shm", "tmpfs", c.MS_NOSUID | c.MS_NODEV, scratch)
+    for i, path in enumerate(kept):
+        os.makedirs(path, 0o755)
+        c.mount(f"/workspace/{i}", path, None, c.MS_MOVE)
     c.mount("tmpfs", "/workspace", "tmpfs", c.MS_NOSUID | c.MS_NODEV,
             f"size={len(setup['data']) + (1 << 20)},mode=0755")
     _write_workspace(setup["entries"], setup["data"])
@@ -246,6 +259,17 @@ def _build_file_system(setup: dict[str, Any]) -> None:
     for point, options in c.mounts():
         if "rw" in options and point not in SCRATCH and point.split("/")[1] != "proc":
             c.remount_read_only(point, options)
+
+
+def _runtime_under_scratch() -> list[str]:
+    """The outermost of the interpreter's folders (its prefixes and import path) under /tmp or
+    /dev/shm, which a worker's empty scratch folders would otherwise hide."""
+    found: list[str] = []
+    for path in sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path) if p}):
+        if (os.path.isdir(path) and any(path.startswith(top + "/") for top in SCRATCH)
+                and not any(path.startswith(kept + "/") for kept in found)):
+            found.append(path)
+    return found
 
 
 def _write_workspace(entries: list[dict[str, Any]], data: bytes) -> None:
