@@ -125,7 +125,7 @@ def test_hints_are_progressive(workspace):
 
 
 @pytest.mark.parametrize("args,code,message", [
-    (["check", "9"], 2, "Error: no exercise '9'. Choose one of: 1 (attention), 2 (kv-cache)"),
+    (["check", "99"], 2, "Error: no exercise '99'. Choose one of: 1 (attention), 2 (kv-cache)"),
     (["check", "1", "--device", "tpu"], 2, "Invalid value for '--device'"),
     (["frobnicate"], 2, "No such command 'frobnicate'"),
 ])

@@ -104,10 +104,10 @@ def test_one_exercise_from_the_environment_and_a_score_between_zero_and_one(tmp_
 
 def test_an_exercise_the_catalogue_lacks_is_not_gradable_and_says_why(tmp_path):
     sub = submission(tmp_path / "student", {"attention.py": CORRECT_1})
-    pl = run_on_host("prairielearn", sub, tmp_path / "pl.json", "9")
+    pl = run_on_host("prairielearn", sub, tmp_path / "pl.json", "99")
     assert pl["gradable"] is False and pl["score"] == 0
-    assert any("no exercise '9'" in e for e in pl["format_errors"])
-    gs = run_on_host("gradescope", sub, tmp_path / "gs.json", "9")
+    assert any("no exercise '99'" in e for e in pl["format_errors"])
+    gs = run_on_host("gradescope", sub, tmp_path / "gs.json", "99")
     assert gs["score"] == 0 and "not graded" in gs["output"]
 
 
