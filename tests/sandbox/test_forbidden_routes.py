@@ -316,25 +316,27 @@ def _worker(tmp_path, source: str, names: list[str], forbidden, launcher, autogr
     return pool
 
 
+def _reply(pool, fn: str, q):
+    """The worker's whole reply to ``fn(q)``."""
+    from lumen_ex.sandbox.inside import wire
+
+    tensors: list = []
+    header = {"op": "call", "fn": fn, "device": "cpu", "args": wire.pack((q,), tensors)[0], "kwargs": {}}
+    pool.ready()
+    return pool.call(header, tensors, 60)
+
+
+def _call(pool, fn: str, q):
+    return _reply(pool, fn, q).header
+
+
 def _answer(pool, fn: str, q):
     """What ``fn(q)`` returned in the worker (it must not raise)."""
     from lumen_ex.sandbox.inside import wire
 
-    tensors: list = []
-    header = {"op": "call", "fn": fn, "device": "cpu", "args": wire.pack((q,), tensors)[0], "kwargs": {}}
-    pool.ready()
-    reply = pool.call(header, tensors, 60)
+    reply = _reply(pool, fn, q)
     assert reply.header.get("ok") is True, (fn, reply.header)
     return wire.unpack(reply.header["result"], reply.tensors)
-
-
-def _call(pool, fn: str, q):
-    from lumen_ex.sandbox.inside import wire
-
-    tensors: list = []
-    header = {"op": "call", "fn": fn, "device": "cpu", "args": wire.pack((q,), tensors)[0], "kwargs": {}}
-    pool.ready()
-    return pool.call(header, tensors, 60).header
 
 
 @pytest.mark.slow

@@ -4,6 +4,11 @@ Everything a worker sends is untrusted. Replies are read with a deadline while t
 output is drained at the same time (so 300 MB of prints can neither block the worker nor fill our
 memory), every frame is validated by ``wire``, and request ids must match. Any failure (timeout,
 death, garbage) kills the worker with everything it started; the next call gets a fresh one.
+
+One piece: a worker's pipe (``Worker``) and the pool that replaces, loads and limits it
+(``WorkerPool``) share one failure model, the ``WorkerFailure`` kinds and the deadlines they are
+raised against; the pool works on the worker's launch, replies and output directly, so either half
+alone would reach into the other's internals.
 """
 
 from __future__ import annotations
@@ -287,21 +292,25 @@ class WorkerPool:
         # ForbiddenAPI data (src/lumen_ex/core/forbidden.py): the scan reads it, the worker disables it;
         # and autograd = False (exercise.toml): the worker runs the learner's code with autograd off
         self.module, self.functions, self.forbidden = module, list(functions), list(as_apis(forbidden))
-        self.autograd, self.run_deadline = autograd, run_deadline
+        self.autograd = autograd
         self.startup_timeout, self.call_timeout = startup_timeout, call_timeout
+        self.run_deadline = run_deadline
         self.worker: Worker | None = None
         self.loaded = False
         self.signatures: dict[str, dict[str, Any] | None] | None = None   # wire_replies.check_functions
         self.load_failure: Exception | None = None
         self.hung: dict[str, str] = {}   # learner function -> why it is not called again (see call)
-        self.restarts, self.import_output = 0, ""
+        self.restarts = 0
+        self.import_output = ""
         self.enforced: dict[str, str] = {}   # which mechanism held each limit (for the record)
         self.spawn(first)
 
     def spawn(self, launched: Launched | Worker | None = None) -> None:
         if self.worker is None:
-            # a Worker is handed in warm, perhaps with its hello read (watch mode)
-            self.worker = launched if isinstance(launched, Worker) else Worker(launched or self.launcher.launch(self.spec))
+            if isinstance(launched, Worker):   # handed in warm, perhaps with its hello read (watch mode)
+                self.worker = launched
+            else:
+                self.worker = Worker(launched or self.launcher.launch(self.spec))
             self.enforced = dict(self.worker.launched.limits)
             self.loaded = False
 

@@ -167,17 +167,9 @@ class SourceScan(NodeChecks):
             for target, value in by_root.pop(name, ()):
                 if target not in self.modules:
                     self.modules[target] = self.modules[name]
-                    if pure_alias(value) and name in self.strict and is_module(self._alias_path(name, value)):
+                    if pure_alias(value) and name in self.strict and is_module(self._strict_path(value) or ""):
                         self.strict.add(target)      # a module itself (fn = torch.nn), not a value (torch.float64)
                     todo.append(target)
-
-    def _alias_path(self, name: str, value: ast.AST) -> str:
-        """The dotted path ``value`` (``name.b.c``) names, from ``name``'s module."""
-        attrs: list[str] = []
-        while isinstance(value, ast.Attribute):
-            attrs.append(value.attr)
-            value = value.value
-        return ".".join([self.modules[name], *reversed(attrs)])
 
     def _import_call_module(self, value: ast.AST) -> str | None:
         """``__import__("torch").nn`` or ``importlib.import_module("torch.nn")``: the literal module."""

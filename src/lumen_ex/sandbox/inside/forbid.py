@@ -103,16 +103,18 @@ def autograd_off() -> None:
             refuse("leaving inference mode (inference_mode(False) turns autograd on)")
         return inference_mode(True)
 
+    def off() -> None:     # in the calling thread (grad mode is per thread)
+        set_grad(False)
+        set_fwd_grad(False)
+
     bootstrap = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]  # CPython's, private
 
     def bootstrap_off(thread: threading.Thread) -> None:
-        set_grad(False)
-        set_fwd_grad(False)
+        off()
         bootstrap(thread)
 
     threading.Thread._bootstrap_inner = bootstrap_off   # type: ignore[attr-defined]
-    set_grad(False)
-    set_fwd_grad(False)
+    off()
     torch._C._set_grad_enabled = set_grad_enabled              # type: ignore[assignment]
     torch._C._set_fwd_grad_enabled = set_fwd_grad_enabled      # type: ignore[assignment]
     torch._C._InferenceMode = inference_mode_guard            # type: ignore[assignment,misc]

@@ -53,6 +53,7 @@ SETUP_DATA_CAP = 64 << 20       # bytes of the files that follow it
 LENGTH = struct.Struct(">I")
 SCRATCH = ("/tmp", "/dev/shm")  # a worker's only writable folders (each its own tmpfs)
 NAMESPACES = 0                  # set in main(): confine.CLONE_NEW{NS,PID,IPC,NET,UTS}
+RUNTIME_KEPT: list[str] = []    # set in main(): the interpreter's folders a worker's scratch tmpfs would hide
 TYPE_CHECKING = False   # typing.TYPE_CHECKING, without importing typing here (as in worker.py)
 if TYPE_CHECKING:
     import types
@@ -75,10 +76,11 @@ else:
 
 
 def main(argv: list[str]) -> int:
-    global NAMESPACES
+    global NAMESPACES, RUNTIME_KEPT
     control = _control(argv[1])
     worker = _inside_module("worker")
     worker.prepare(argv[2:], warm=True)
+    RUNTIME_KEPT = _runtime_under_scratch()     # once: sys.path is final now, and the same for every fork
     NAMESPACES = (confine.CLONE_NEWNS | confine.CLONE_NEWPID | confine.CLONE_NEWIPC | confine.CLONE_NEWNET
                   | confine.CLONE_NEWUTS | (0 if _has_sys_admin() else confine.CLONE_NEWUSER))
     confine.prctl(confine.PR_SET_DUMPABLE, 0)    # no process of the same uid may trace it or read its memory
@@ -236,7 +238,7 @@ def _build_file_system(setup: dict[str, Any]) -> None:
     # empty scratch tmpfs below would hide them, and every module not imported yet with them. Each is
     # bound aside (on a staging tmpfs at /workspace, which the workspace's own tmpfs covers next),
     # then moved back onto the same path in the new /tmp; the loop at the end makes it read-only.
-    kept = _runtime_under_scratch()
+    kept = RUNTIME_KEPT
     if kept:
         c.mount("tmpfs", "/workspace", "tmpfs", c.MS_NOSUID | c.MS_NODEV, "size=64k,mode=0700")
         for i, path in enumerate(kept):
