@@ -20,9 +20,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import CORPORA, CORPUS, LUMEN_EX, ROOT, interruptible, requires_bwrap
+from conftest import CORPORA, CORPUS, LUMEN_EX, ROOT, best_sandbox, interruptible, requires_bwrap, workspace_with
 from helpers.classes import CAT, EX1, EX2, REF1, SHA, grade, make_class, put, zip_folder
 
+from lumen_ex.classroom.batch_types import Job
+from lumen_ex.classroom.grading_processes import GradingProcess
+from lumen_ex.classroom.messages import JobDone, WorkerPid
 from lumen_ex.classroom.scheduler import processes_for
 from lumen_ex.classroom.submission_limits import SubmissionRefused
 from lumen_ex.classroom.submissions import locate, unwrap
@@ -195,6 +198,30 @@ def test_a_batch_starts_one_grading_process_per_eight_checks_up_to_jobs():
     assert [processes_for(n, 2) for n in (0, 1, 2, 8, 9, 16, 17, 1000)] == [1, 1, 1, 1, 2, 2, 2, 2]
     assert [processes_for(n, 4) for n in (8, 9, 24, 25, 1000)] == [1, 2, 3, 4, 4]
     assert processes_for(1000, 1) == 1
+
+
+def test_each_job_takes_the_worker_started_ahead_for_it(tmp_path):
+    """A grading process starts the next job's worker while it grades the current one: each job must then
+    use that worker, not start one more. Three jobs, three workers (the bug this catches: the worker
+    started ahead was kept under another spec than the check asked for, so every job started a second)."""
+    roots = [workspace_with(tmp_path / f"s{i}", 1, REF1) for i in range(3)]
+    proc = GradingProcess(best_sandbox(), tmp_path / "log", "ahead")
+    pids, done = [], {}
+    try:
+        for i, root in enumerate(roots):
+            proc.send(Job(i, f"s{i}", EX1, 5), root, "cpu", "")
+        deadline = time.monotonic() + 240
+        while len(done) < len(roots) and time.monotonic() < deadline:
+            replies, ended = proc.receive()
+            pids += [r.pid for r in replies if isinstance(r, WorkerPid)]
+            done.update((r.id, r.document) for r in replies if isinstance(r, JobDone))
+            assert not ended or len(done) == len(roots), proc.log_tail()
+            time.sleep(0.05)
+    finally:
+        proc.stop(polite=True)
+    assert sorted(done) == [0, 1, 2], proc.log_tail()
+    assert all(d["status"] == "pass" for d in done.values()), [d["status"] for d in done.values()]
+    assert len(pids) == len(roots), pids
 
 
 @pytest.mark.slow
