@@ -42,7 +42,7 @@ os.environ["LUMEN_EX_CHECK_SERVER"] = "off"
 pytest_plugins = ("helpers.cli",)
 
 
-# The tests run on two xdist workers (pyproject.toml: -n 2 --dist loadgroup). Tests that would fight over
+# The tests run on three xdist workers (pyproject.toml: -n 3 --dist loadgroup). Tests that would fight over
 # one thing are kept on one worker, in order: the docker tests (one engine, one image, slot containers
 # counted by name), the browser tests (one Chromium), the tests that read the corpus's one dev check run
 # (tests/e2e/test_corpus.py marks its own, as does tests/e2e/test_seed_stability.py). The docker attacks
