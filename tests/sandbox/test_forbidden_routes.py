@@ -409,19 +409,35 @@ def test_a_pack_that_forbids_softmax_gets_the_worker_layer_with_no_code_change(t
         pool.close()
 
 
+def _launcher(kind: str):
+    """A real launcher of ``kind``: bwrap's fresh workers, workers forked from a bwrap zygote, the
+    unisolated mode's, or workers forked in a docker grading slot (skips where that backend is missing).
+    The caller closes it (Launcher.close: the zygote or the slot it keeps)."""
+    from lumen_ex.sandbox import docker
+    from lumen_ex.sandbox import zygote as zygotes
+    from lumen_ex.sandbox.bwrap import BwrapLauncher
+    from lumen_ex.sandbox.docker_slot import DockerSlotLauncher
+    from lumen_ex.sandbox.unisolated import UnisolatedLauncher
+
+    if kind in ("bwrap", "forked") and not BwrapLauncher.availability().ok or (
+            kind in ("forked", "docker-slot") and not zygotes.supported()):
+        pytest.skip("no bwrap (or zygote) here")
+    return {"bwrap": BwrapLauncher, "forked": lambda: zygotes.ZygoteLauncher(BwrapLauncher()),
+            "none": UnisolatedLauncher, "docker-slot": lambda: DockerSlotLauncher(docker.probe()[1].ref)}[kind]()
+
+
 @pytest.mark.slow
-def test_forbidding_autograd_refuses_it_and_leaves_the_rest_working(tmp_path):
+@pytest.mark.parametrize("kind", ["bwrap", docker_param("docker-slot")])
+def test_forbidding_autograd_refuses_it_and_leaves_the_rest_working(tmp_path, kind):
     """torch.autograd.grad and torch.Tensor.backward forbidden (as an exercise that asks for a
     backward pass by hand would): their short names are TorchScript built-ins that torch.ops lists
     with no dispatcher operator behind them (aten::grad, aten::backward), which once made the worker
     fail to load and every call fail. Now the worker loads, refuses both, and hand-written gradients
-    still work, in a real bwrap worker."""
+    still work, in a real bwrap worker and in one forked in a docker grading slot (the worker the
+    grader image carries)."""
     import torch
 
-    from lumen_ex.sandbox.bwrap import BwrapLauncher
-
-    if not BwrapLauncher.availability().ok:
-        pytest.skip(BwrapLauncher.availability().reason)
+    launcher = _launcher(kind)
     forbidden = (ForbiddenAPI("torch.autograd.grad", aliases=("torch.autograd.backward",)),
                  ForbiddenAPI("torch.Tensor.backward"))
     assert "aten::grad" in forbidden[0].operators() and "aten::backward" in forbidden[1].operators()
@@ -430,16 +446,17 @@ def test_forbidding_autograd_refuses_it_and_leaves_the_rest_working(tmp_path):
               "def by_grad(x):\n    x = x.clone().requires_grad_()\n"
               "    return torch.autograd.grad((x * x).sum(), x)[0]\n"
               "def by_backward(x):\n    x = x.clone().requires_grad_()\n    (x * x).sum().backward()\n    return x.grad\n")
-    pool = _worker(tmp_path, source, ["by_hand", "by_grad", "by_backward"], forbidden, BwrapLauncher())
     try:
+        pool = _worker(tmp_path, source, ["by_hand", "by_grad", "by_backward"], forbidden, launcher)
         x = torch.randn(3, 5)
         assert _call(pool, "by_hand", x).get("ok") is True
         for name, api in (("by_grad", "torch.autograd.grad"), ("by_backward", "torch.Tensor.backward")):
             reply = _call(pool, name, x)
             assert reply.get("ok") is False and "not allowed in this exercise" in reply["error"]["message"], (name, reply)
             assert reply.get("forbidden") == [api], (name, reply)
-    finally:
         pool.close()
+    finally:
+        launcher.close()     # (a zygote or a slot; nothing for the others)
 
 
 # Each route returns the gradient of sum(x * x) = 2x without writing it: through the graph autograd
@@ -495,17 +512,7 @@ def test_with_autograd_off_no_route_computes_a_gradient(tmp_path, kind):
     answer 2x in a worker with autograd on (the control); no_grad and inference_mode still work."""
     import torch
 
-    from lumen_ex.sandbox import docker
-    from lumen_ex.sandbox import zygote as zygotes
-    from lumen_ex.sandbox.bwrap import BwrapLauncher
-    from lumen_ex.sandbox.docker_slot import DockerSlotLauncher
-    from lumen_ex.sandbox.unisolated import UnisolatedLauncher
-
-    if kind in ("bwrap", "forked") and not BwrapLauncher.availability().ok or (
-            kind in ("forked", "docker-slot") and not zygotes.supported()):
-        pytest.skip("no bwrap (or zygote) here")
-    launcher = {"bwrap": BwrapLauncher, "forked": lambda: zygotes.ZygoteLauncher(BwrapLauncher()),
-                "none": UnisolatedLauncher, "docker-slot": lambda: DockerSlotLauncher(docker.probe()[1].ref)}[kind]()
+    launcher = _launcher(kind)
     source = "import torch\n" + HONEST + "".join(AUTOGRAD_ROUTES.values())
     names = ["by_hand", "under_no_grad", "under_inference_mode", *AUTOGRAD_ROUTES]
     x = torch.randn(3, 4, dtype=torch.float64)
@@ -525,8 +532,7 @@ def test_with_autograd_off_no_route_computes_a_gradient(tmp_path, kind):
         control.close()
         off.close()
     finally:
-        if kind in ("forked", "docker-slot"):
-            launcher.close()
+        launcher.close()     # (a zygote or a slot; nothing for the others)
 
 
 # -- end to end: the red team's attack and its siblings, graded ----------------------------------
