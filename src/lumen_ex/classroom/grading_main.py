@@ -130,12 +130,6 @@ class _signals_held:
         return False
 
 
-def _ready_key(spec):
-    """A worker started ahead is kept under its spec with ``warm`` left out: it is started warm, and a check
-    asks for its first worker warm (src/lumen_ex/harness/check.py check_here) or, replacing one, not."""
-    return dataclasses.replace(spec, warm=False)
-
-
 def make_prelauncher(inner, on_launch):
     """A launcher that hands out a worker started ahead of time when the spec matches."""
 
@@ -161,19 +155,18 @@ def make_prelauncher(inner, on_launch):
             return inner.enforcement(spec)
 
         def prelaunch(self, spec) -> None:
-            key = _ready_key(spec)
-            if key not in self.ready:
+            if spec not in self.ready:
                 with _signals_held():
-                    # started ahead, so it loads what a check would otherwise wait for (WorkerSpec.warm)
+                    # started ahead, so it loads what a check would otherwise wait for (WorkerSpec.warm);
+                    # kept under the spec the check will ask for (equal whatever its ``warm``)
                     launched = inner.launch(dataclasses.replace(spec, warm=True))
-                    self.ready[key] = launched
+                    self.ready[spec] = launched
                     self.started.append(launched)
                     on_launch(launched.proc.pid)
 
         def keep(self, specs) -> None:
             """Kill the workers started ahead of time for any spec but these."""
-            keys = set(map(_ready_key, specs))
-            for spec in [s for s in self.ready if s not in keys]:
+            for spec in [s for s in self.ready if s not in specs]:
                 self.ready.pop(spec).kill()
             kept = set(map(id, self.ready.values()))
             self.started = [w for w in self.started if id(w) in kept]   # the others are the checks' own
@@ -189,7 +182,7 @@ def make_prelauncher(inner, on_launch):
                 inner.close()
 
         def launch(self, spec):
-            launched = self.ready.pop(_ready_key(spec), None)
+            launched = self.ready.pop(spec, None)
             if launched is not None and launched.alive():
                 return launched
             if launched is not None:

@@ -67,7 +67,9 @@ class WorkerSpec:
     # harness still importing torch and pytest: the worker loads torch's meta-device kernels (about a
     # second) before its hello, while nothing waits for it. A replacement after a crash, and a fresh
     # worker a suite asks for (exercise 5's memory test), load them only if a test uses the meta device.
-    warm: bool = False
+    # How a worker starts, not what it runs: left out of equality, so that a worker started warm in
+    # advance is the one a check asks for either way (src/lumen_ex/classroom/grading_main.py).
+    warm: bool = field(default=False, compare=False)
     # The file a check grades (the worker imports the check's snapshot of it, src/lumen_ex/core/snapshot.py,
     # so a forked worker's copy of it may be older: src/lumen_ex/sandbox/workspace_copy.py CopyRecord).
     graded_file: Path | None = None
