@@ -34,7 +34,9 @@ REFERENCES = {suite: ex.reference_path for suite, ex in BUILTIN.items()}
 LUMEN_EX = str(Path(sys.executable).parent / "lumen-ex")   # the installed command, as a user runs it
 
 # A `lumen-ex check` run by a test is graded cold, and starts no background server
-# (src/lumen_ex/learner/check_server.py): tests/e2e/test_check_server.py turns it on for its own checks.
+# (src/lumen_ex/learner/check_server.py): tests/e2e/test_check_server.py turns it on for its own checks,
+# and the golden and format tests for theirs (tests/helpers/cli.py WarmWorkspace: one workspace and its
+# server for a module's many checks, each after the first answered warm).
 os.environ["LUMEN_EX_CHECK_SERVER"] = "off"
 
 # Fixtures the test modules share without importing one another (tests/helpers/): the `workspace`
@@ -58,7 +60,9 @@ XDIST_GROUPS = {"docker-cold": lambda item: item.get_closest_marker("docker") is
 # twice): its tests that use it are kept on one worker, so that the fixture is made once, not once
 # per worker (a docker test among them keeps the docker group).
 MODULE_FIXTURES = {"test_grade.py": "mixed", "test_grade_attribution.py": "graded", "test_grade_inputs.py": "graded",
-                   "test_feedback.py": "graded", "test_scores_exact.py": "graded", "test_failing_goldens.py": "results"}
+                   "test_feedback.py": "graded", "test_scores_exact.py": "graded", "test_failing_goldens.py": "results",
+                   "test_cli.py": "warm_workspace", "test_cli_pictures.py": "warm_workspace",
+                   "test_formats.py": "warm_workspace"}
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,5 +1,13 @@
 """The command line through the real entry point (the installed `lumen-ex` script), against goldens.
 
+The golden checks share one workspace whose checks are answered by its check server, as a learner's
+repeated `lumen-ex check` is (tests/helpers/cli.py ``WarmWorkspace``): the first is cold, the rest
+warm, and what a warm check prints is what a cold one prints (tests/e2e/test_check_server.py). They
+grade under bwrap, where a warm check's worker is forked from the server's zygote (the unisolated
+mode starts a fresh one for each check; its NOT ISOLATED warning has goldens of its own:
+tests/e2e/test_failing_goldens.py). Two checks stay cold on purpose, under the unisolated mode: same
+seed, same record across processes; and the progress `list` shows.
+
 Goldens live in tests/golden/; run with LUMEN_EX_UPDATE_GOLDEN=1 to rewrite them after an
 intended change, then read the diff. Variable parts (durations, temporary paths, versions) are
 normalised before comparing.
@@ -11,7 +19,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import LUMEN_EX  # noqa: F401
+from conftest import LUMEN_EX, requires_bwrap  # noqa: F401
 from helpers.cli import REFERENCE_1, SYNTAX_ERROR, compare, normalise, put, run
 
 from lumen_ex.core import catalog
@@ -52,35 +60,38 @@ def test_init_creates_the_workspace(tmp_path):
     ("check-stub", None, 1),
     ("check-syntax-error", SYNTAX_ERROR, 1),
 ])
+@requires_bwrap
 @pytest.mark.slow
-def test_check_output(workspace, case, source, code):
-    if source is not None:
-        put(workspace, source)
-    proc = run(["check", "1", "--sandbox", "none", "--seed", "7"], workspace / "01-attention")
+def test_check_output(warm_workspace, case, source, code):
+    ws = warm_workspace
+    ws.put(source)
+    proc = ws.run(["check", "1", "--sandbox", "bwrap", "--seed", "7"], ws.root / "01-attention")
     assert proc.returncode == code, proc.stdout + proc.stderr
-    compare(case, normalise(proc.stdout, workspace.parent))
+    compare(case, normalise(proc.stdout, ws.root.parent))
 
 
+@requires_bwrap
 @pytest.mark.slow
-def test_shape_failure_names_the_axes(workspace):
-    put(workspace, BUGGY_SHAPE)
-    proc = run(["check", "attention", "--sandbox", "none", "--seed", "3", "--format", "json"], workspace)
+def test_shape_failure_names_the_axes(warm_workspace):
+    warm_workspace.put(BUGGY_SHAPE)
+    proc = warm_workspace.run(["check", "attention", "--sandbox", "bwrap", "--seed", "3", "--format", "json"])
     first = next(t for t in json.loads(proc.stdout)["tests"] if t["status"] != "pass")
     assert first["diagnosis"]["kind"] == "shape"
     assert first["diagnosis"]["summary"] == (
         "output: expected (B, H, L_q, d_v) = (2, 3, 5, 6), got (B, H, d_v, L_q) = (2, 3, 6, 5)")
 
 
+@requires_bwrap
 @pytest.mark.slow
-def test_json_matches_the_schema(workspace):
+def test_json_matches_the_schema(warm_workspace):
     jsonschema = pytest.importorskip("jsonschema")
     schema = json.loads((Path(__file__).parents[2] / "docs" / "result.schema.json").read_text())
     for source in (REFERENCE_1, BUGGY_NO_SCALE, SYNTAX_ERROR):
-        put(workspace, source)
-        proc = run(["check", "1", "--sandbox", "none", "--format", "json", "--seed", "11"], workspace)
+        warm_workspace.put(source)
+        proc = warm_workspace.run(["check", "1", "--sandbox", "bwrap", "--format", "json", "--seed", "11"])
         doc = json.loads(proc.stdout)
         jsonschema.validate(doc, schema)
-        assert doc["seed"] == 11 and doc["sandbox"]["backend"] == "none" and doc["sandbox"]["isolated"] is False
+        assert doc["seed"] == 11 and doc["sandbox"]["backend"] == "bwrap" and doc["sandbox"]["isolated"] is True
         assert proc.returncode == {"pass": 0, "fail": 1}[doc["status"]]
         assert doc["score"] == pytest.approx(sum(t["score"] for t in doc["tests"]), abs=1e-3)
 
@@ -176,15 +187,16 @@ def test_doctor_reports_sandboxes(tmp_path):
 
 @pytest.mark.parametrize("case,source", [("check-no-scale-80", BUGGY_NO_SCALE), ("check-stub-80", None),
                                          ("check-syntax-error-80", SYNTAX_ERROR)])
+@requires_bwrap
 @pytest.mark.slow
-def test_check_output_at_80_columns(workspace, case, source):
+def test_check_output_at_80_columns(warm_workspace, case, source):
     """At 80 columns no two rows of the test table look the same (the test ids are kept whole),
     and repeated causes are folded into one row."""
-    if source is not None:
-        put(workspace, source)
-    proc = run(["check", "1", "--sandbox", "none", "--seed", "7"], workspace / "01-attention", {"COLUMNS": "80"})
+    ws = warm_workspace
+    ws.put(source)
+    proc = ws.run(["check", "1", "--sandbox", "bwrap", "--seed", "7"], ws.root / "01-attention", {"COLUMNS": "80"})
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    text = normalise(proc.stdout, workspace.parent)
+    text = normalise(proc.stdout, ws.root.parent)
     assert max(len(line) for line in text.splitlines()) <= 80, text
     rows = [line for line in text.splitlines() if line[:1] in ("✓", "✗", "!", "⏱", "-")]
     assert rows and len(rows) == len(set(rows)), text

@@ -4,7 +4,8 @@ misaligned causal mask, of a mask that lets the future leak in, of an inverted m
 diagram of an output that lost an axis (tests/golden/check-shape.txt has the transposed output).
 Each golden is the first-failure panel down to its picture, without colour (NO_COLOR, not a terminal): the picture
 must read from its characters alone. The JSON form must carry the same picture as a decodable PNG
-and still validate against docs/result.schema.json."""
+and still validate against docs/result.schema.json. The checks share one workspace under bwrap whose
+check server answers all but the first (tests/helpers/cli.py ``WarmWorkspace``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.cli import REFERENCE_1, compare, normalise, put, run
+from conftest import requires_bwrap
+from helpers.cli import REFERENCE_1, compare, normalise
 from helpers.pictures import CORRECT_ATTENTION, MASK_INVERTED, decode_png, submission
 
 SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "result.schema.json"
@@ -39,24 +41,27 @@ def first_failure_panel(stdout: str) -> str:
     ("pictures-mask-inverted", MASK_INVERTED, ["weights [B=", "- yours smaller"]),
     ("pictures-shape-missing-axis", OUTPUT_LOSES_AN_AXIS, ["expected  B  H  L_q  d_v", "^"]),
 ])
+@requires_bwrap
 @pytest.mark.slow
-def test_pictures_in_the_terminal(workspace, case, source, marks):  # noqa: F811 (the fixture)
-    put(workspace, source)
-    proc = run(["check", "1", "--sandbox", "none", "--seed", "7"], workspace / "01-attention")
+def test_pictures_in_the_terminal(warm_workspace, case, source, marks):
+    ws = warm_workspace
+    ws.put(source)
+    proc = ws.run(["check", "1", "--sandbox", "bwrap", "--seed", "7"], ws.root / "01-attention")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "\x1b[" not in proc.stdout, "colour escapes with NO_COLOR set"
-    panel = normalise(first_failure_panel(proc.stdout), workspace.parent)
+    panel = normalise(first_failure_panel(proc.stdout), ws.root.parent)
     for mark in marks:
         assert mark in panel, f"{mark!r} not in\n{panel}"
     compare(case, panel)
 
 
+@requires_bwrap
 @pytest.mark.slow
-def test_json_embeds_the_png_and_validates(workspace):  # noqa: F811 (the fixture)
+def test_json_embeds_the_png_and_validates(warm_workspace):
     jsonschema = pytest.importorskip("jsonschema")
     schema = json.loads(SCHEMA.read_text())
-    put(workspace, MASK_INVERTED)
-    proc = run(["check", "1", "--sandbox", "none", "--seed", "7", "--format", "json"], workspace)
+    warm_workspace.put(MASK_INVERTED)
+    proc = warm_workspace.run(["check", "1", "--sandbox", "bwrap", "--seed", "7", "--format", "json"])
     assert proc.returncode == 1
     doc = json.loads(proc.stdout)
     jsonschema.validate(doc, schema)

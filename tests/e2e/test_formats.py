@@ -2,7 +2,8 @@
 checked field by field against the record it views and the published field lists.
 
 For each submission, one `--format json` run gives the record; each format is then produced by its
-own run with the same seed (same seed, same verdicts: tests/e2e/test_cli.py::test_same_seed_same_record),
+own run with the same seed, in one workspace whose check server answers all but the first run
+(tests/helpers/cli.py ``WarmWorkspace``; a warm check's record is a cold one's: tests/e2e/test_check_server.py) (same seed, same verdicts: tests/e2e/test_cli.py::test_same_seed_same_record),
 parsed, validated against its schema in tests/schemas/ (written from the platforms' field lists, docs/classroom.md Output formats, or, for
 JUnit, the XSD pytest conforms to), and compared with the record test by test: a writer may never
 re-derive a status or a score.
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CORPORA, REFERENCES, ROOT, best_sandbox
-from helpers.cli import run
+from helpers.cli import WarmWorkspace
 
 from lumen_ex.core import catalog
 from lumen_ex.core.results import RunResult, points
@@ -48,14 +49,13 @@ def schema(name: str) -> dict:
 
 
 class Checked:
-    """One submission, checked once per format with the same seed."""
+    """One submission, checked once per format with the same seed, in the module's one workspace
+    (tests/helpers/cli.py ``WarmWorkspace``): its file is put back before each check, and the
+    workspace's check server answers every check but the module's first."""
 
-    def __init__(self, tmp: Path, source: str | Path):
-        proc = run(["init", "ws"], tmp)
-        assert proc.returncode == 0, proc.stderr
-        self.ws = tmp / "ws"
-        target = self.ws / EX1.dir / EX1.file
-        target.write_text(source.read_text() if isinstance(source, Path) else source)
+    def __init__(self, warm: WarmWorkspace, source: str | Path):
+        self.warm, self.ws = warm, warm.root
+        self.source = source.read_text() if isinstance(source, Path) else source
         self.sandbox = best_sandbox()
         self._json = None
 
@@ -70,20 +70,21 @@ class Checked:
         return RunResult.from_dict(json.loads(self.json_stdout))
 
     def check(self, fmt: str, env: dict | None = None):
-        proc = run(["check", "1", "--sandbox", self.sandbox, "--seed", SEED, "--format", fmt], self.ws, env)
+        self.warm.put(self.source)
+        proc = self.warm.run(["check", "1", "--sandbox", self.sandbox, "--seed", SEED, "--format", fmt], self.ws, env)
         assert proc.returncode in (0, 1), proc.stdout + proc.stderr
         assert "Traceback" not in proc.stderr
         return proc
 
 
 @pytest.fixture(scope="module")
-def buggy(tmp_path_factory):
-    return Checked(tmp_path_factory.mktemp("buggy"), NO_SCALE)
+def buggy(warm_workspace):
+    return Checked(warm_workspace, NO_SCALE)
 
 
 @pytest.fixture(scope="module")
-def correct(tmp_path_factory):
-    return Checked(tmp_path_factory.mktemp("correct"), REFERENCES["attention"])
+def correct(warm_workspace):
+    return Checked(warm_workspace, REFERENCES["attention"])
 
 
 def test_the_cli_offers_every_format():
@@ -326,9 +327,9 @@ def test_github_annotations_summary_and_classroom_result(buggy, tmp_path):
 
 
 @pytest.mark.slow
-def test_github_annotation_points_at_the_line(tmp_path):
+def test_github_annotation_points_at_the_line(warm_workspace, tmp_path):
     """A file that does not parse: the annotation carries the line of the syntax error."""
-    checked = Checked(tmp_path, SYNTAX_ERROR)
+    checked = Checked(warm_workspace, SYNTAX_ERROR)
     proc, _, _ = github_run(checked, tmp_path)
     errors = [c for c in commands(proc.stdout) if c[0] == "error"]
     assert errors and all(c[1]["file"] == EX1.path and c[1]["line"] == "3" for c in errors)
@@ -339,8 +340,8 @@ def test_github_annotation_points_at_the_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_github_output_cannot_be_forged_by_the_submission(tmp_path):
-    checked = Checked(tmp_path, INJECTION)
+def test_github_output_cannot_be_forged_by_the_submission(warm_workspace, tmp_path):
+    checked = Checked(warm_workspace, INJECTION)
     proc, summary, outputs = github_run(checked, tmp_path)
     lines = proc.stdout.splitlines()
     assert not any("forged" in line and not line.startswith(("::error ", "✗", "!")) for line in lines)

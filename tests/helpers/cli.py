@@ -61,3 +61,77 @@ def put(ws: Path, source: str | Path, ex: str = "1") -> None:
         shutil.copyfile(source, target)
     else:
         target.write_text(source)
+
+
+class WarmWorkspace:
+    """One workspace, made by `lumen-ex init`, whose checks are answered by its own check server
+    (src/lumen_ex/learner/check_server.py), as a learner's repeated `lumen-ex check` is: for a module
+    of golden and format tests that check many files, each check after the first costs a connection
+    and the hidden tests instead of two torch imports (about 0.3 against 2.7 busy core-seconds).
+
+    The first check is cold and starts the server; :meth:`run` then waits until it serves, so that
+    every later check is warm. What a warm check prints is what a cold one prints, record and output
+    (tests/e2e/test_check_server.py shows it). The server lives in a runtime folder of this workspace's
+    own; :meth:`close` stops it and says how many checks it answered, so that a module can hold its
+    checks to the warm path (:meth:`assert_warm`)."""
+
+    def __init__(self, tmp: Path):
+        import tempfile
+
+        self.runtime = Path(tempfile.mkdtemp(prefix="lumen-ex-test-run-"))
+        self.env = {"XDG_RUNTIME_DIR": str(self.runtime), "LUMEN_EX_CHECK_SERVER": "on", "CI": ""}
+        proc = run(["init", "ws"], tmp)
+        assert proc.returncode == 0, proc.stderr
+        self.root = tmp / "ws"
+        self.stubs = {e.slug: (self.root / e.dir / e.file).read_text() for e in catalog.load().exercises}
+        self.checks = 0
+
+    def put(self, source: str | Path | None, ex: str = "1") -> None:
+        """Put ``source`` in exercise ``ex``'s file; None puts back the stub `lumen-ex init` wrote."""
+        put(self.root, self.stubs[catalog.load().find(ex).slug] if source is None else source, ex)
+
+    def run(self, args: list[str], cwd: Path | None = None, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+        """The installed command in this workspace (``cwd``: a folder in it), with its server on."""
+        proc = run(args, cwd or self.root, {**self.env, **(env_extra or {})})
+        if args[:1] == ["check"]:
+            self.checks += 1
+            self._wait_serving()
+        return proc
+
+    def log(self) -> str:
+        folder = self.runtime / "lumen-ex"
+        return "".join(p.read_text() for p in sorted(folder.glob("*.log"))) if folder.is_dir() else ""
+
+    def answered_warm(self) -> int:
+        """How many checks the server answered (its log's ``checked`` lines)."""
+        return len(re.findall(r"\] checked \S+ seed \d+: ", self.log()))
+
+    def assert_warm(self) -> None:
+        """Every check but the first was answered by the server: the module ran the warm path."""
+        assert self.answered_warm() >= self.checks - 1, (self.checks, self.log())
+
+    def _wait_serving(self, timeout: float = 120) -> None:
+        import time
+
+        deadline = time.monotonic() + timeout
+        while "] serving " not in self.log():
+            assert time.monotonic() < deadline, f"the check server did not start:\n{self.log()}"
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        from lumen_ex.learner import check_server
+
+        check_server.stop_all(self.runtime / "lumen-ex")
+        shutil.rmtree(self.runtime, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def warm_workspace(tmp_path_factory):
+    """A :class:`WarmWorkspace` for the module's tests, in order on one worker (tests/conftest.py
+    MODULE_FIXTURES); at the end every check but the first must have been answered warm."""
+    ws = WarmWorkspace(tmp_path_factory.mktemp("warm"))
+    try:
+        yield ws
+        ws.assert_warm()
+    finally:
+        ws.close()
