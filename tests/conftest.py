@@ -35,8 +35,8 @@ LUMEN_EX = str(Path(sys.executable).parent / "lumen-ex")   # the installed comma
 
 # A `lumen-ex check` run by a test is graded cold, and starts no background server
 # (src/lumen_ex/learner/check_server.py): tests/e2e/test_check_server.py turns it on for its own checks,
-# and the golden and format tests for theirs (tests/helpers/cli.py WarmWorkspace: one workspace and its
-# server for a module's many checks, each after the first answered warm).
+# and the golden, picture and format tests for theirs (tests/helpers/cli.py WarmWorkspace: one workspace
+# and its server for the session's many checks of them, each after the first answered warm).
 os.environ["LUMEN_EX_CHECK_SERVER"] = "off"
 
 # Fixtures the test modules share without importing one another (tests/helpers/): the `workspace`
@@ -60,9 +60,11 @@ XDIST_GROUPS = {"docker-cold": lambda item: item.get_closest_marker("docker") is
 # twice): its tests that use it are kept on one worker, so that the fixture is made once, not once
 # per worker (a docker test among them keeps the docker group).
 MODULE_FIXTURES = {"test_grade.py": "mixed", "test_grade_attribution.py": "graded", "test_grade_inputs.py": "graded",
-                   "test_feedback.py": "graded", "test_scores_exact.py": "graded", "test_failing_goldens.py": "results",
-                   "test_cli.py": "warm_workspace", "test_cli_pictures.py": "warm_workspace",
-                   "test_formats.py": "warm_workspace"}
+                   "test_feedback.py": "graded", "test_scores_exact.py": "graded", "test_failing_goldens.py": "results"}
+# A session-scoped fixture that tests of several modules share: those tests are kept on one worker, in a
+# group named after it, so that it is made once in the session (tests/helpers/cli.py warm_workspace: one
+# workspace and its check server for the golden, picture and format checks of three modules).
+SESSION_FIXTURES = ("warm_workspace",)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -74,7 +76,11 @@ def pytest_collection_modifyitems(config, items):
                     item.add_marker(pytest.mark.xdist_group(group))
                     break
             else:
-                if MODULE_FIXTURES.get(item.path.name) in getattr(item, "fixturenames", ()):
+                names = getattr(item, "fixturenames", ())
+                shared = [name for name in SESSION_FIXTURES if name in names]
+                if shared:
+                    item.add_marker(pytest.mark.xdist_group(shared[0]))
+                elif MODULE_FIXTURES.get(item.path.name) in names:
                     item.add_marker(pytest.mark.xdist_group(item.path.stem))
         if getattr(config.option, "loadgroup", False):     # an xdist worker under --dist loadgroup
             _in_xdist_group(item)

@@ -49,9 +49,9 @@ def schema(name: str) -> dict:
 
 
 class Checked:
-    """One submission, checked once per format with the same seed, in the module's one workspace
-    (tests/helpers/cli.py ``WarmWorkspace``): its file is put back before each check, and the
-    workspace's check server answers every check but the module's first."""
+    """One submission, checked once per format with the same seed, in the session's one warm
+    workspace (tests/helpers/cli.py ``warm_workspace``): its file is put back before each check,
+    and the workspace's check server answers every check but the session's first."""
 
     def __init__(self, warm: WarmWorkspace, source: str | Path):
         self.warm, self.ws = warm, warm.root

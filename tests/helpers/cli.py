@@ -65,14 +65,14 @@ def put(ws: Path, source: str | Path, ex: str = "1") -> None:
 
 class WarmWorkspace:
     """One workspace, made by `lumen-ex init`, whose checks are answered by its own check server
-    (src/lumen_ex/learner/check_server.py), as a learner's repeated `lumen-ex check` is: for a module
-    of golden and format tests that check many files, each check after the first costs a connection
+    (src/lumen_ex/learner/check_server.py), as a learner's repeated `lumen-ex check` is: for the
+    golden and format tests that check many files, each check after the first costs a connection
     and the hidden tests instead of two torch imports (about 0.3 against 2.7 busy core-seconds).
 
     The first check is cold and starts the server; :meth:`run` then waits until it serves, so that
     every later check is warm. What a warm check prints is what a cold one prints, record and output
     (tests/e2e/test_check_server.py shows it). The server lives in a runtime folder of this workspace's
-    own; :meth:`close` stops it and says how many checks it answered, so that a module can hold its
+    own; :meth:`close` stops it and says how many checks it answered, so that the tests can hold their
     checks to the warm path (:meth:`assert_warm`)."""
 
     def __init__(self, tmp: Path):
@@ -125,10 +125,12 @@ class WarmWorkspace:
         shutil.rmtree(self.runtime, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def warm_workspace(tmp_path_factory):
-    """A :class:`WarmWorkspace` for the module's tests, in order on one worker (tests/conftest.py
-    MODULE_FIXTURES); at the end every check but the first must have been answered warm."""
+    """One :class:`WarmWorkspace` for the session's golden, picture and format checks
+    (tests/e2e/test_cli.py, test_cli_pictures.py, test_formats.py), kept on one worker in order
+    (tests/conftest.py SESSION_FIXTURES); at the end every check but the first must have been
+    answered warm. Each test puts the file it checks first: no test reads another's."""
     ws = WarmWorkspace(tmp_path_factory.mktemp("warm"))
     try:
         yield ws
