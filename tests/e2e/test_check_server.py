@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 from conftest import REFERENCES, pack_copy, requires_bwrap
 from docker_support import containers, needs_docker, wait_until
-from helpers.cli import normalise, run
+from helpers.cli import normalise, run, server_env, server_log
 
 from lumen_ex.core.workspace import Workspace
 from lumen_ex.learner import check_server
@@ -60,14 +60,6 @@ def _wait_gone(folder: Path, timeout: float = 60) -> None:
     while list((folder / "lumen-ex").glob("*.sock")) if (folder / "lumen-ex").is_dir() else []:
         assert time.monotonic() < deadline, "a server did not stop"
         time.sleep(0.1)
-
-
-def env_for(runtime: Path, **extra) -> dict:
-    return {"XDG_RUNTIME_DIR": str(runtime), check_server.SWITCH_ENV: "on", "CI": "", **extra}
-
-
-def logs(runtime: Path) -> str:
-    return "".join(p.read_text() for p in sorted((runtime / "lumen-ex").glob("*.log")))
 
 
 def wait_for(predicate, timeout: float = 120, why=lambda: "") -> None:
@@ -99,14 +91,14 @@ def test_the_second_check_is_warm_and_prints_what_a_cold_one_prints(tmp_path, ru
     """Over 30 s: eight real `lumen-ex check` commands, two of them cold, and the server's start."""
     ws = init(tmp_path)
     (ws / "01-attention" / "attention.py").write_text(NO_SCALE)
-    env = env_for(runtime)
+    env = server_env(runtime)
     first = run(["check", "1", "--sandbox", "bwrap", "--seed", "7"], ws / "01-attention", env)
     assert first.returncode == 1, first.stdout + first.stderr
-    wait_for(lambda: "serving" in logs(runtime))              # started by the cold check, in the background
-    assert "checked" not in logs(runtime)
+    wait_for(lambda: "serving" in server_log(runtime))              # started by the cold check, in the background
+    assert "checked" not in server_log(runtime)
 
     warm = run(["check", "1", "--sandbox", "bwrap", "--seed", "7"], ws / "01-attention", env)
-    assert re.search(r"checked 01-attention seed 7: fail", logs(runtime)), logs(runtime)
+    assert re.search(r"checked 01-attention seed 7: fail", server_log(runtime)), server_log(runtime)
     assert warm.returncode == 1 and warm.stderr == first.stderr
     assert normalise(warm.stdout, tmp_path) == normalise(first.stdout, tmp_path)
 
@@ -123,7 +115,7 @@ def test_the_second_check_is_warm_and_prints_what_a_cold_one_prints(tmp_path, ru
 
     # Another exercise of the same workspace: the server moves to it (one session at a time).
     assert run(["check", "2", "--sandbox", "bwrap"], ws / "02-kv-cache", env).returncode == 1
-    assert re.search(r"checked 02-kv-cache seed \d+: fail", logs(runtime))
+    assert re.search(r"checked 02-kv-cache seed \d+: fail", server_log(runtime))
     assert len(list((runtime / "lumen-ex").glob("*.sock"))) == 1
 
 
@@ -135,16 +127,16 @@ def test_a_save_is_graded_at_once_and_the_next_check_of_those_bytes_is_answered_
     About 10 s: eleven real checks, two of them cold."""
     ws = init(tmp_path)
     target, here = ws / "01-attention" / "attention.py", ws / "01-attention"
-    env = env_for(runtime)
+    env = server_env(runtime)
     check = ["check", "1", "--sandbox", "bwrap", "--format", "json"]
     assert run(check, here, env).returncode == 1                 # the stub, cold: starts the server
-    wait_for(lambda: "watching" in logs(runtime))
+    wait_for(lambda: "watching" in server_log(runtime))
 
     target.write_text(NO_SCALE)
-    wait_for(lambda: "graded the save" in logs(runtime), why=lambda: logs(runtime))
+    wait_for(lambda: "graded the save" in server_log(runtime), why=lambda: server_log(runtime))
     assert Workspace.find(ws).progress()["exercises"]["attention"]["checks"] == 1   # not recorded until asked for
     warm = _record(run(check, here, env))
-    assert logs(runtime).count("graded when saved") == 1, logs(runtime)
+    assert server_log(runtime).count("graded when saved") == 1, server_log(runtime)
     assert warm["status"] == "fail" and warm["source"]["sha256"] == hashlib.sha256(NO_SCALE.encode()).hexdigest()
     # The very record a cold check of the same bytes with the same seed makes, and recorded now.
     cold = _record(run([*check, "--seed", str(warm["seed"])], here, {**env, check_server.SWITCH_ENV: "off"}))
@@ -153,14 +145,14 @@ def test_a_save_is_graded_at_once_and_the_next_check_of_those_bytes_is_answered_
 
     # Served once: the same bytes checked again are graded again, with a seed of their own.
     again = _record(run(check, here, env))
-    assert logs(runtime).count("graded when saved") == 1 and again["seed"] != warm["seed"]
+    assert server_log(runtime).count("graded when saved") == 1 and again["seed"] != warm["seed"]
 
     # A check that names its seed is graded when asked, whatever was graded on the save.
     reference = REFERENCES["attention"].read_text()
     target.write_text(reference)
-    wait_for(lambda: logs(runtime).count("graded the save") == 2, why=lambda: logs(runtime))
+    wait_for(lambda: server_log(runtime).count("graded the save") == 2, why=lambda: server_log(runtime))
     named = _record(run([*check, "--seed", "3"], here, env))
-    assert named["status"] == "pass" and named["seed"] == 3 and logs(runtime).count("graded when saved") == 1
+    assert named["status"] == "pass" and named["seed"] == 3 and server_log(runtime).count("graded when saved") == 1
 
     # Saved and checked at once, again and again: whether the save's grading is done, under way or
     # not begun, and whatever older bytes were being graded, the check grades what the file holds.
@@ -184,14 +176,14 @@ def test_under_docker_the_second_check_is_warm_in_a_slot_that_stops_with_the_ser
     containers, the server's start with its slot's, and the slot's removal."""
     ws = init(tmp_path)
     (ws / "01-attention" / "attention.py").write_text(NO_SCALE)
-    env = env_for(runtime, **{check_server.IDLE_ENV: "20"})
+    env = server_env(runtime, **{check_server.IDLE_ENV: "20"})
     slots_before = set(containers(name="lumen-slot-"))
     args = ["check", "1", "--sandbox", "docker", "--seed", "7"]
     cold = run([*args, "--format", "json"], ws / "01-attention", env)
     assert cold.returncode == 1, cold.stdout + cold.stderr
-    wait_for(lambda: "serving" in logs(runtime))
+    wait_for(lambda: "serving" in server_log(runtime))
     warm = run([*args, "--format", "json"], ws / "01-attention", env)
-    assert re.search(r"checked 01-attention seed 7: fail", logs(runtime)), logs(runtime)
+    assert re.search(r"checked 01-attention seed 7: fail", server_log(runtime)), server_log(runtime)
     cold_record, warm_record = json.loads(cold.stdout), json.loads(warm.stdout)
     assert warm_record["sandbox"]["limits"]["tmp"].endswith("in the slot's container; everything else read-only")
     strip = lambda d: _without_durations(d) | {   # noqa: E731
@@ -199,7 +191,7 @@ def test_under_docker_the_second_check_is_warm_in_a_slot_that_stops_with_the_ser
         "versions": {k: v for k, v in d["versions"].items() if k != "python"}}
     assert strip(warm_record) == strip(cold_record)
     assert len(set(containers(name="lumen-slot-")) - slots_before) == 1       # the server's slot
-    rich = [run(args, ws / "01-attention", env_for(runtime, **extra)) for extra in ({check_server.SWITCH_ENV: "off"}, {})]
+    rich = [run(args, ws / "01-attention", server_env(runtime, **extra)) for extra in ({check_server.SWITCH_ENV: "off"}, {})]
     assert normalise(rich[1].stdout, tmp_path) == normalise(rich[0].stdout, tmp_path)
     _stop_all(runtime)
     assert wait_until(lambda: not set(containers(name="lumen-slot-")) - slots_before, 60), "the slot outlived its server"
@@ -220,10 +212,10 @@ def test_a_server_removes_what_killed_ones_left_of_their_sandboxes(tmp_path, run
     (slot / "seccomp.json").write_text("{}")
     mine = tmp / f"{leftovers.SLOT_PREFIX}{os.getpid()}-alive"    # this test's process runs: kept
     mine.mkdir()
-    run(["check", "1", "--sandbox", "bwrap"], ws / "01-attention", env_for(runtime, TMPDIR=str(tmp)))
-    wait_for(lambda: "serving" in logs(runtime))
+    run(["check", "1", "--sandbox", "bwrap"], ws / "01-attention", server_env(runtime, TMPDIR=str(tmp)))
+    wait_for(lambda: "serving" in server_log(runtime))
     wait_for(lambda: not slot.exists())
-    assert mine.exists() and f"removed {slot.name}" in logs(runtime)
+    assert mine.exists() and f"removed {slot.name}" in server_log(runtime)
 
 
 @requires_bwrap
@@ -231,11 +223,11 @@ def test_a_server_removes_what_killed_ones_left_of_their_sandboxes(tmp_path, run
 def test_no_server_when_turned_off_or_in_ci_and_it_stops_when_idle(tmp_path, runtime):
     ws = init(tmp_path)
     for extra in ({check_server.SWITCH_ENV: "off"}, {"CI": "true"}):
-        assert run(["check", "1", "--sandbox", "bwrap"], ws / "01-attention", env_for(runtime, **extra)).returncode == 1
+        assert run(["check", "1", "--sandbox", "bwrap"], ws / "01-attention", server_env(runtime, **extra)).returncode == 1
         assert not (runtime / "lumen-ex").exists() or not list((runtime / "lumen-ex").iterdir())
-    run(["check", "1", "--sandbox", "bwrap"], ws / "01-attention", env_for(runtime, **{check_server.IDLE_ENV: "3"}))
-    wait_for(lambda: "serving" in logs(runtime))
-    wait_for(lambda: "stopped" in logs(runtime), timeout=90)   # no check came: it stopped by itself
+    run(["check", "1", "--sandbox", "bwrap"], ws / "01-attention", server_env(runtime, **{check_server.IDLE_ENV: "3"}))
+    wait_for(lambda: "serving" in server_log(runtime))
+    wait_for(lambda: "stopped" in server_log(runtime), timeout=90)   # no check came: it stopped by itself
     _wait_gone(runtime)
 
 
@@ -275,9 +267,9 @@ def test_another_user_gets_no_answer(tmp_path, runtime):
     """With the folder opened on purpose, a connection from uid 65534 is accepted by the kernel and
     closed by the server without a word (nor a check); the server goes on serving its own user."""
     ws = init(tmp_path)
-    env = env_for(runtime)
+    env = server_env(runtime)
     run(["check", "1", "--sandbox", "bwrap"], ws / "01-attention", env)
-    wait_for(lambda: "serving" in logs(runtime))
+    wait_for(lambda: "serving" in server_log(runtime))
     folder = runtime / "lumen-ex"
     sock = next(folder.glob("*.sock"))
     for path in (runtime, folder, sock):
@@ -306,9 +298,9 @@ def test_another_user_gets_no_answer(tmp_path, runtime):
     assert said in (b"got:", b"error:ConnectionResetError"), said
     for path in (sock, folder, runtime):
         path.chmod(0o700 if path != sock else 0o600)
-    assert "checked" not in logs(runtime)
+    assert "checked" not in server_log(runtime)
     assert run(["check", "1", "--sandbox", "bwrap", "--seed", "7"], ws / "01-attention", env).returncode == 1
-    assert "checked 01-attention seed 7" in logs(runtime)    # its own user is still served
+    assert "checked 01-attention seed 7" in server_log(runtime)    # its own user is still served
 
 
 def test_a_server_that_polls_the_file_still_stops_when_idle(tmp_path, runtime):

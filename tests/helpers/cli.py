@@ -63,6 +63,20 @@ def put(ws: Path, source: str | Path, ex: str = "1") -> None:
         target.write_text(source)
 
 
+def server_env(runtime: Path, **extra: str) -> dict[str, str]:
+    """The environment of a `lumen-ex check` whose check server lives in the runtime folder ``runtime``
+    (its sockets and logs in ``runtime/lumen-ex``): the server on, and not in CI, whatever the tests'."""
+    from lumen_ex.learner import check_server
+
+    return {"XDG_RUNTIME_DIR": str(runtime), check_server.SWITCH_ENV: "on", "CI": "", **extra}
+
+
+def server_log(runtime: Path) -> str:
+    """Every log of the check servers in ``runtime`` (src/lumen_ex/learner/warm_server.py ``log``)."""
+    folder = runtime / "lumen-ex"
+    return "".join(p.read_text() for p in sorted(folder.glob("*.log"))) if folder.is_dir() else ""
+
+
 class WarmWorkspace:
     """One workspace, made by `lumen-ex init`, whose checks are answered by its own check server
     (src/lumen_ex/learner/check_server.py), as a learner's repeated `lumen-ex check` is: for the
@@ -79,7 +93,7 @@ class WarmWorkspace:
         import tempfile
 
         self.runtime = Path(tempfile.mkdtemp(prefix="lumen-ex-test-run-"))
-        self.env = {"XDG_RUNTIME_DIR": str(self.runtime), "LUMEN_EX_CHECK_SERVER": "on", "CI": ""}
+        self.env = server_env(self.runtime)
         proc = run(["init", "ws"], tmp)
         assert proc.returncode == 0, proc.stderr
         self.root = tmp / "ws"
@@ -98,24 +112,20 @@ class WarmWorkspace:
             self._wait_serving()
         return proc
 
-    def log(self) -> str:
-        folder = self.runtime / "lumen-ex"
-        return "".join(p.read_text() for p in sorted(folder.glob("*.log"))) if folder.is_dir() else ""
-
     def answered_warm(self) -> int:
         """How many checks the server answered (its log's ``checked`` lines)."""
-        return len(re.findall(r"\] checked \S+ seed \d+: ", self.log()))
+        return len(re.findall(r"\] checked \S+ seed \d+: ", server_log(self.runtime)))
 
     def assert_warm(self) -> None:
-        """Every check but the first was answered by the server: the module ran the warm path."""
-        assert self.answered_warm() >= self.checks - 1, (self.checks, self.log())
+        """Every check but the first was answered by the server: the tests ran the warm path."""
+        assert self.answered_warm() >= self.checks - 1, (self.checks, server_log(self.runtime))
 
     def _wait_serving(self, timeout: float = 120) -> None:
         import time
 
         deadline = time.monotonic() + timeout
-        while "] serving " not in self.log():
-            assert time.monotonic() < deadline, f"the check server did not start:\n{self.log()}"
+        while "] serving " not in server_log(self.runtime):
+            assert time.monotonic() < deadline, f"the check server did not start:\n{server_log(self.runtime)}"
             time.sleep(0.05)
 
     def close(self) -> None:

@@ -448,13 +448,15 @@ def test_forbidding_autograd_refuses_it_and_leaves_the_rest_working(tmp_path, ki
               "def by_backward(x):\n    x = x.clone().requires_grad_()\n    (x * x).sum().backward()\n    return x.grad\n")
     try:
         pool = _worker(tmp_path, source, ["by_hand", "by_grad", "by_backward"], forbidden, launcher)
-        x = torch.randn(3, 5)
-        assert _call(pool, "by_hand", x).get("ok") is True
-        for name, api in (("by_grad", "torch.autograd.grad"), ("by_backward", "torch.Tensor.backward")):
-            reply = _call(pool, name, x)
-            assert reply.get("ok") is False and "not allowed in this exercise" in reply["error"]["message"], (name, reply)
-            assert reply.get("forbidden") == [api], (name, reply)
-        pool.close()
+        try:
+            x = torch.randn(3, 5)
+            assert _call(pool, "by_hand", x).get("ok") is True
+            for name, api in (("by_grad", "torch.autograd.grad"), ("by_backward", "torch.Tensor.backward")):
+                reply = _call(pool, name, x)
+                assert reply.get("ok") is False and "not allowed in this exercise" in reply["error"]["message"], (name, reply)
+                assert reply.get("forbidden") == [api], (name, reply)
+        finally:
+            pool.close()
     finally:
         launcher.close()     # (a zygote or a slot; nothing for the others)
 
