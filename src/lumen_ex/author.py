@@ -61,7 +61,7 @@ from lumen_ex.graders.support.expect import (
     fail,
 )
 from lumen_ex.harness.client import LearnerError, WorkerFailure
-from lumen_ex.harness.proxy import CallResult, meta
+from lumen_ex.harness.proxy import CallResult, ModuleCall, ParameterInfo, meta
 
 
 class Exercise:
@@ -99,5 +99,5 @@ def exercise(file: str | Path, other: str | None = None) -> Exercise:
 
 
 __all__ = ["CallResult", "CheckFailed", "Exercise", "Expected", "GENERIC_MISCONCEPTIONS", "LearnerError",
-           "MATCH_TOLERANCE_FLOAT64", "TOLERANCES", "Tolerance", "Variant", "WorkerFailure", "exercise", "expect", "fail",
-           "inputs", "meta", "note", "pictures", "sibling"]
+           "MATCH_TOLERANCE_FLOAT64", "ModuleCall", "ParameterInfo", "TOLERANCES", "Tolerance", "Variant",
+           "WorkerFailure", "exercise", "expect", "fail", "inputs", "meta", "note", "pictures", "sibling"]

@@ -32,6 +32,67 @@ class TensorMeta:
     contiguous: bool = True
 
 
+@dataclass(frozen=True)
+class ModuleCall:
+    """``submission.call(cls, args, kwargs, module=ModuleCall(...))``: ``cls`` names an ``nn.Module``
+    class of the learner's file. The worker builds ``cls(*init_args, **init_kwargs)``, moves it with
+    ``.to(dtype)`` (when given) and ``.to(device)`` (the call's device), loads ``state_dict`` with
+    ``load_state_dict(..., strict=True)`` (when given: the harness's own tensors, so names and
+    shapes must match), then calls ``method`` (``"__call__"``: the module itself, hooks and all)
+    with the call's arguments. Anything that raises on the way is the learner's exception
+    (``LearnerError``, with its type: a constructor's ``ValueError`` too).
+
+    param_grads: with ``grad_seeds``, also the gradients of ``sum(output * seed)`` with respect to
+    these parameters, by name (``CallResult.param_grads``; None for a name the module lacks, or a
+    parameter the output does not depend on). describe: also ``named_parameters()``'s names, shapes
+    and dtypes (``CallResult.parameters``, the first MAX_TENSORS of ``CallResult.parameter_count``):
+    what the worker claims, which a suite may fail a test on, never pass one on.
+
+    Example (exercise 7: the learner's GroupedQueryAttention with the reference's weights)::
+
+        spec = ModuleCall((24, 6, 2), dtype=torch.float32, state_dict=ref_module.state_dict(),
+                          param_grads=("q_proj.weight", "o_proj.weight"))
+        result = submission.call("GroupedQueryAttention", (x,), {"causal": True}, module=spec,
+                                 grad_wrt=(0,), grad_seeds=(g,))"""
+
+    init_args: tuple[Any, ...] = ()
+    init_kwargs: dict[str, Any] = field(default_factory=dict)
+    dtype: torch.dtype | None = None
+    state_dict: dict[str, torch.Tensor] | None = None
+    method: str = "__call__"
+    param_grads: tuple[str, ...] = ()
+    describe: bool = False
+
+    def __post_init__(self) -> None:
+        if len(self.param_grads) > wire.MAX_TENSORS // 2 or len(self.state_dict or {}) > wire.MAX_TENSORS // 2:
+            raise ValueError(f"a module call sends and asks for at most {wire.MAX_TENSORS // 2} parameters")
+        if self.dtype is not None and self.dtype not in wire.DTYPE_NAMES:
+            raise ValueError(f"a module cannot be sent to {self.dtype}")
+
+    def header(self, tensors: list[torch.Tensor]) -> dict[str, Any]:
+        """The request's "module" field (src/lumen_ex/sandbox/inside/worker.py module_instance)."""
+        out: dict[str, Any] = {
+            "init_args": wire.pack(tuple(self.init_args), tensors)[0],
+            "init_kwargs": {k: wire.pack(v, tensors)[0] for k, v in self.init_kwargs.items()},
+            "method": self.method, "describe": self.describe}
+        if self.dtype is not None:
+            out["dtype"] = wire.DTYPE_NAMES[self.dtype]
+        if self.state_dict is not None:
+            names = list(self.state_dict)
+            out["state"] = {"names": names,
+                            "values": wire.pack(tuple(self.state_dict[n].detach() for n in names), tensors)[0]}
+        return out
+
+
+@dataclass(frozen=True)
+class ParameterInfo:
+    """One entry of a module's ``named_parameters()``, as the worker describes it (a claim)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
 @dataclass
 class CallResult:
     """What ``submission.call`` returns: the function's value, and whatever the call's options asked for.
@@ -51,6 +112,9 @@ class CallResult:
     output: str = ""
     elapsed: float = 0.0
     memory: MemoryUse | None = None     # the harness's own measurement (measure_memory=True)
+    param_grads: dict[str, torch.Tensor | None] | None = None   # ModuleCall.param_grads, by name
+    parameters: list[ParameterInfo] | None = None   # ModuleCall.describe: the worker's claim
+    parameter_count: int | None = None  # how many named parameters the module has (the list may be cut)
 
 
 def meta(t: torch.Tensor) -> TensorMeta:
@@ -162,7 +226,7 @@ class LearnerModule:
              device: str | None = None, noncontiguous: bool = False, grad_wrt: tuple[int, ...] = (),
              grad_seeds: tuple[Any, ...] | None = None,
              count_ops: bool = False, echo_args: bool = False, timeout: float | None = None,
-             measure_memory: bool = False) -> CallResult:
+             measure_memory: bool = False, module: ModuleCall | None = None) -> CallResult:
         """Call ``fn(*args, **kwargs)`` in the worker and return everything it sent back, validated.
 
         device: where the worker puts the tensor arguments (default: the run's device).
@@ -172,6 +236,8 @@ class LearnerModule:
         echo_args: also return the arguments as they were after the call (in-place changes).
         measure_memory: also return the memory the call used, measured by the harness from outside
         the worker (src/lumen_ex/harness/memory.py), as ``CallResult.memory``.
+        module: ``fn`` is an nn.Module class, built, moved and loaded as the ModuleCall says, and
+        called (see ModuleCall); its ``param_grads`` join ``grad_wrt``'s gradients.
 
         Example (exercises 1 and 4)::
 
@@ -188,9 +254,14 @@ class LearnerModule:
             "args": wire.pack(tuple(args), tensors, describe=describe)[0],
             "kwargs": {k: wire.pack(v, tensors, describe=describe)[0] for k, v in kwargs.items()},
         }
-        if grad_wrt:
+        param_grads = module.param_grads if module is not None else ()
+        if module is not None:
+            header["module"] = module.header(tensors)
+        if grad_wrt or param_grads:
             header["grad"] = {"wrt": list(grad_wrt),
                               "seeds": [wire.pack(s, tensors)[0] for s in (grad_seeds or ())]}
+            if param_grads:
+                header["grad"]["params"] = list(param_grads)
         if count_ops:
             header["count_ops"] = True
         if echo_args:
@@ -202,8 +273,8 @@ class LearnerModule:
             raise
         self.outputs.append(reply.output)
         devices = frozenset({"cpu", str(header["device"]).split(":")[0]})
-        return self._decode(fn, reply, n_args=len(args), n_grads=len(grad_wrt) if grad_wrt else None,
-                            echo_args=echo_args, count_ops=count_ops, devices=devices)
+        return self._decode(fn, reply, n_args=len(args), n_grads=len(grad_wrt) if grad_wrt or param_grads else None,
+                            echo_args=echo_args, count_ops=count_ops, devices=devices, module=module)
 
     # -- internals -------------------------------------------------------------------------
 
@@ -244,14 +315,15 @@ class LearnerModule:
                                         expected="a function", got="something else"))
 
     def _decode(self, fn: str, reply: Reply, *, n_args: int, n_grads: int | None, echo_args: bool,
-                count_ops: bool, devices: frozenset[str] = frozenset({"cpu"})) -> CallResult:
+                count_ops: bool, devices: frozenset[str] = frozenset({"cpu"}),
+                module: ModuleCall | None = None) -> CallResult:
         """Rebuild a reply, checking that its structure is what was asked for: a hostile worker must
         never make a hidden test's own arithmetic fail (that would be blamed on the grader). Any
         failure to decode it, of whatever type, is a protocol error charged to the submission, and
         the worker is replaced."""
         try:
             result, claimed = self._checked(reply, n_args=n_args, n_grads=n_grads, echo_args=echo_args,
-                                            count_ops=count_ops, devices=devices)
+                                            count_ops=count_ops, devices=devices, module=module)
         except LearnerError:
             # The worker refuses a forbidden API (src/lumen_ex/sandbox/inside/forbid.py): the call
             # raised. Say why, when the scan or the worker's hint names it, before the error.
@@ -286,7 +358,7 @@ class LearnerModule:
 
     @staticmethod
     def _checked(reply: Reply, *, n_args: int, n_grads: int | None, echo_args: bool, count_ops: bool,
-                 devices: frozenset[str]) -> tuple[CallResult, list[str]]:
+                 devices: frozenset[str], module: ModuleCall | None = None) -> tuple[CallResult, list[str]]:
         """The reply as a CallResult and the forbidden APIs the worker claims were called, or
         wire.ProtocolError (LearnerError when the worker reports that the learner's code raised)."""
         h, tensors = reply.header, reply.tensors
@@ -294,7 +366,10 @@ class LearnerModule:
             raise LearnerError(wire_replies.check_error(h.get("error")), reply.output)
         value = wire.unpack(h.get("result"), tensors, on_tensor=_annotator(devices), devices=devices)
         result = CallResult(value, output=reply.output, elapsed=reply.elapsed, memory=reply.memory)
-        _decode_grads(result, h.get("grads"), tensors, n_grads, devices)
+        _decode_grads(result, h.get("grads"), tensors, n_grads, devices,
+                      module.param_grads if module is not None else ())
+        if module is not None and module.describe:
+            result.parameters, result.parameter_count = _checked_parameters(h.get("params"))
         if count_ops:
             result.ops = _checked_ops(h.get("ops"))
         if echo_args:
@@ -316,7 +391,7 @@ def _claimed_or_none(header: dict[str, Any]) -> list[str] | None:
 
 
 def _decode_grads(result: CallResult, grads: Any, tensors: list[torch.Tensor], n_grads: int | None,
-                  devices: frozenset[str]) -> None:
+                  devices: frozenset[str], param_names: tuple[str, ...] = ()) -> None:
     """The gradients of a reply (or why there are none) onto ``result``. ``grads``: the reply's
     field as the worker sent it (any JSON value), checked here before it is used."""
     if grads is None:
@@ -331,6 +406,32 @@ def _decode_grads(result: CallResult, grads: Any, tensors: list[torch.Tensor], n
     _require(isinstance(result.grads, tuple) and len(result.grads) == n_grads
              and all(g is None or isinstance(g, torch.Tensor) for g in result.grads),
              "gradients are not one tensor (or None) per requested input")
+    if param_names:
+        params = wire.unpack(grads.get("params"), tensors, devices=devices)
+        _require(isinstance(params, tuple) and len(params) == len(param_names)
+                 and all(g is None or isinstance(g, torch.Tensor) for g in params),
+                 "parameter gradients are not one tensor (or None) per requested parameter")
+        result.param_grads = dict(zip(param_names, params))
+
+
+def _checked_parameters(listing: Any) -> tuple[list[ParameterInfo], int]:
+    """A module's named parameters as the worker describes them (worker.py describe_parameters):
+    at most MAX_TENSORS entries of [name, shape, dtype], and their count in all."""
+    _require(isinstance(listing, dict) and isinstance(listing.get("list"), list)
+             and type(listing.get("count")) is int, "the module's parameter list is missing or malformed")
+    entries, count = listing["list"], listing["count"]
+    _require(len(entries) <= wire.MAX_TENSORS and len(entries) <= count < wire.INT_LIMIT
+             and (count == len(entries) or len(entries) == wire.MAX_TENSORS),
+             "the module's parameter count does not match its list")
+    out = []
+    for entry in entries:
+        _require(isinstance(entry, list) and len(entry) == 3 and type(entry[0]) is str
+                 and len(entry[0]) <= wire.MAX_PARAM_NAME and type(entry[2]) is str and len(entry[2]) <= 40
+                 and isinstance(entry[1], list) and len(entry[1]) <= wire.MAX_DIMS
+                 and all(type(d) is int and 0 <= d < wire.INT_LIMIT for d in entry[1]),
+                 "a module parameter's description is malformed")
+        out.append(ParameterInfo(wire.clean_text(entry[0], wire.MAX_PARAM_NAME), tuple(entry[1]), entry[2]))
+    return out, count
 
 
 def _checked_ops(ops: Any) -> dict[str, Any]:

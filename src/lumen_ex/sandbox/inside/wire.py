@@ -57,6 +57,7 @@ from .wire_limits import (
     MAX_DIMS,
     MAX_FRAME_TENSOR_BYTES,
     MAX_HEADER_BYTES,
+    MAX_PARAM_NAME,
     MAX_STRING,
     MAX_TENSOR_BYTES,
     MAX_TENSORS,
@@ -80,7 +81,7 @@ __all__ = [
     "loads_header", "parse_header", "read_frame_blocking", "unpack",
     # re-exported from wire_limits.py
     "DTYPE_NAMES", "DTYPES", "FRAME_LENGTH", "ITEMSIZE", "MAX_DEPTH", "MAX_DIMS", "MAX_FRAME_TENSOR_BYTES",
-    "MAX_HEADER_BYTES", "MAX_STRING", "MAX_TENSOR_BYTES", "MAX_TENSORS", "PROTOCOL_VERSION", "Opaque",
+    "MAX_HEADER_BYTES", "MAX_PARAM_NAME", "MAX_STRING", "MAX_TENSOR_BYTES", "MAX_TENSORS", "PROTOCOL_VERSION", "Opaque",
     "ProtocolError", "clean_text",
 ]
 

@@ -19,6 +19,7 @@ MAX_TENSORS = 64
 MAX_DIMS = 8
 MAX_DEPTH = 12
 MAX_STRING = 4096
+MAX_PARAM_NAME = 200            # a module parameter's name, as a call with "module" describes it
 
 # Allow-list: names on the wire -> dtypes. Never getattr(torch, name) on a received string.
 DTYPES: dict[str, torch.dtype] = {

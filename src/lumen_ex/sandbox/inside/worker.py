@@ -13,6 +13,14 @@ Protocol, after the worker says hello:
      "autograd": true}
     {"id": 2, "op": "call", "fn": "causal_mask", "args": [...], "kwargs": {...}, "device": "cpu",
      "grad": {"wrt": [0, 1], "seeds": [...]}, "count_ops": false, "echo_args": false}
+    {"id": 3, "op": "call", "fn": "GroupedQueryAttention", "args": [...], "device": "cpu",
+     "module": {"init_args": [...], "init_kwargs": {...}, "dtype": "float64",
+                "state": {"names": [...], "values": {"$tuple": [...]}}, "method": "__call__",
+                "describe": true},
+     "grad": {"wrt": [0], "seeds": [...], "params": ["q_proj.weight", ...]}}
+
+A call with "module" builds the named nn.Module class first (module_instance) and calls one of its
+methods; "grad"'s "params" asks for the gradients of named parameters as well (by name, in that order).
 """
 
 from __future__ import annotations
@@ -241,6 +249,7 @@ def call(module: types.ModuleType, header: dict[str, Any],
     if fn is None:
         raise AttributeError(f"{module.__name__} has no function {header.get('fn')!r}")
     device = torch.device(str(header.get("device", "cpu")))
+    spec = header.get("module")
     placed = [t.to(device) for t in tensors]
 
     def place(t: torch.Tensor, ref: dict[str, Any]) -> torch.Tensor:
@@ -265,6 +274,10 @@ def call(module: types.ModuleType, header: dict[str, Any],
 
     counter = work_counter.WorkCounter() if header.get("count_ops") else None
     del forbid.called[:]
+    instance = None
+    if spec is not None:     # an nn.Module class: built, moved and loaded as asked, then one method called
+        instance = module_instance(fn, spec, tensors, device)
+        fn = getattr(instance, str(spec.get("method", "__call__")))
     if counter is not None:
         with counter:
             result = fn(*args, **kwargs)
@@ -278,16 +291,54 @@ def call(module: types.ModuleType, header: dict[str, Any],
         reply["forbidden"] = list(dict.fromkeys(forbid.called))[:wire.MAX_TENSORS]
     if counter is not None:
         reply["ops"] = counter.summary()
+    if spec is not None and spec.get("describe"):
+        reply["params"] = describe_parameters(instance)
     if grad:
-        reply["grads"] = gradients(result, [args[i] for i in grad["wrt"]], grad.get("seeds", []), placed, out)
+        named = dict(instance.named_parameters()) if instance is not None and grad.get("params") else {}
+        params = [named.get(str(name)) for name in grad.get("params", [])]
+        reply["grads"] = gradients(result, [args[i] for i in grad["wrt"]], grad.get("seeds", []), placed, out,
+                                   params)
     if header.get("echo_args"):
         reply["args_after"] = wire.pack(tuple(args), out)[0]
     return reply, out
 
 
+def module_instance(cls: Any, spec: dict[str, Any], tensors: list[torch.Tensor], device: torch.device) -> Any:
+    """The learner's nn.Module class built as the harness asks (src/lumen_ex/harness/proxy.py
+    ModuleCall): ``cls(*init_args, **init_kwargs)``, ``.to(dtype)`` when asked, ``.to(device)``, then
+    ``load_state_dict(state, strict=True)`` with the harness's tensors when sent. Whatever raises on
+    the way (a constructor refusing its sizes, a strict load that misses a name) is the learner's."""
+    init_args = wire.unpack(spec.get("init_args", {"$tuple": []}), tensors)
+    init_kwargs = {str(k): wire.unpack(v, tensors) for k, v in dict(spec.get("init_kwargs", {})).items()}
+    instance = cls(*init_args, **init_kwargs)
+    if spec.get("dtype"):
+        instance = instance.to(wire.DTYPES[str(spec["dtype"])])
+    instance = instance.to(device)
+    state = spec.get("state")
+    if state is not None:
+        values = wire.unpack(state["values"], tensors)
+        instance.load_state_dict(dict(zip((str(n) for n in state["names"]), values)), strict=True)
+    return instance
+
+
+def describe_parameters(instance: Any) -> dict[str, object]:
+    """``named_parameters()`` as names, shapes and dtypes: the first MAX_TENSORS, each name cut to
+    MAX_PARAM_NAME characters, and how many there are in all (a hint for the suite, never a proof)."""
+    listed: list[object] = []
+    count = 0
+    for name, p in instance.named_parameters():
+        count += 1
+        if count <= wire.MAX_TENSORS:
+            shape = [int(d) for d in p.shape][:wire.MAX_DIMS]
+            listed.append([wire.clean_text(str(name), wire.MAX_PARAM_NAME), shape,
+                           wire.DTYPE_NAMES.get(p.dtype, "other")])
+    return {"count": count, "list": listed}
+
+
 def gradients(result: object, inputs: list[torch.Tensor], seeds: list[object], placed: list[torch.Tensor],
-              out: list[torch.Tensor]) -> dict[str, object]:
-    """Gradients of the returned tensors with respect to ``inputs``, for given upstream seeds."""
+              out: list[torch.Tensor], params: Sequence[torch.Tensor | None] = ()) -> dict[str, object]:
+    """Gradients of the returned tensors with respect to ``inputs`` (and to a module's ``params``,
+    None for one it does not have or that takes no gradient), for given upstream seeds."""
     items = list(result) if isinstance(result, (tuple, list)) else [result]
     loss: torch.Tensor | int = 0
     for item, seed in zip(items, seeds):
@@ -299,8 +350,13 @@ def gradients(result: object, inputs: list[torch.Tensor], seeds: list[object], p
         # autograd from importing sympy to check grad_outputs shapes (0.4 s on first use).
         loss = loss + (item * wire.unpack(seed, placed).to(item.dtype)).sum()
     # (loss is still the int 0 when every seed is None: torch refuses it, and that error is the reply)
-    grads = torch.autograd.grad(loss, inputs, allow_unused=True)  # type: ignore[arg-type]
-    return {"grads": wire.pack(tuple(grads), out)[0]}
+    wanted = [p for p in params if isinstance(p, torch.Tensor) and p.requires_grad]
+    grads = torch.autograd.grad(loss, [*inputs, *wanted], allow_unused=True)  # type: ignore[arg-type]
+    reply = {"grads": wire.pack(tuple(grads[:len(inputs)]), out)[0]}
+    if params:
+        by_id = {id(p): g for p, g in zip(wanted, grads[len(inputs):])}
+        reply["params"] = wire.pack(tuple(by_id.get(id(p)) if p is not None else None for p in params), out)[0]
+    return reply
 
 
 def describe_tensor(t: torch.Tensor) -> dict[str, object]:
