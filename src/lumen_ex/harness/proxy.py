@@ -39,7 +39,7 @@ class ModuleCall:
     ``.to(dtype)`` (when given) and ``.to(device)`` (the call's device), loads ``state_dict`` with
     ``load_state_dict(..., strict=True)`` (when given: the harness's own tensors, so names and
     shapes must match), then calls ``method`` (``"__call__"``: the module itself, hooks and all)
-    with the call's arguments. Anything that raises on the way is the learner's exception
+    with the call's arguments (None: nothing is called, the value is None: a constructor's test). Anything that raises on the way is the learner's exception
     (``LearnerError``, with its type: a constructor's ``ValueError`` too).
 
     param_grads: with ``grad_seeds``, also the gradients of ``sum(output * seed)`` with respect to
@@ -59,7 +59,7 @@ class ModuleCall:
     init_kwargs: dict[str, Any] = field(default_factory=dict)
     dtype: torch.dtype | None = None
     state_dict: dict[str, torch.Tensor] | None = None
-    method: str = "__call__"
+    method: str | None = "__call__"
     param_grads: tuple[str, ...] = ()
     describe: bool = False
 

@@ -277,7 +277,8 @@ def call(module: types.ModuleType, header: dict[str, Any],
     instance = None
     if spec is not None:     # an nn.Module class: built, moved and loaded as asked, then one method called
         instance = module_instance(fn, spec, tensors, device)
-        fn = getattr(instance, str(spec.get("method", "__call__")))
+        method = spec.get("method", "__call__")
+        fn = (lambda *a, **k: None) if method is None else getattr(instance, str(method))   # None: built only
     if counter is not None:
         with counter:
             result = fn(*args, **kwargs)
