@@ -32,10 +32,12 @@ from lumen_ex.feedback.shapes import shape_columns
 
 # What a picture's rows and columns are (the payload's "rows" and "cols", docs/result-schema.md): the
 # caption's word, a row label's prefix and one of them, by name. Exercise 4 (RoPE) draws tokens x pairs.
+# Exercise 7 draws tokens x features of its output ("values": what the shades measure).
 # Keyed by object: looked up with whatever the payload holds there.
 ROWS: dict[object, tuple[str, str, str]] = {"queries": ("queries", "q", "query"), "tokens": ("tokens", "t", "token")}
-COLS: dict[object, tuple[str, str]] = {"keys": ("keys", "key"), "pairs": ("pairs", "pair")}
-VALUES: dict[object, str] = {"angles": "angle, radians"}     # what the shades measure, by kind (otherwise: weight)
+COLS: dict[object, tuple[str, str]] = {"keys": ("keys", "key"), "pairs": ("pairs", "pair"),
+                                       "features": ("features", "feature")}
+VALUES: dict[object, str] = {"angles": "angle, radians", "values": "value"}     # what the shades measure, by kind (otherwise: weight)
 SHADES = ("░░", "▒▒", "▓▓", "██")
 ZERO, UNKNOWN, ON = " ·", " ?", " ■"
 LABEL_W, SEP = 6, "   "

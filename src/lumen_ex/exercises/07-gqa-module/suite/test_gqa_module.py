@@ -96,7 +96,8 @@ def check(submission, case, *, causal=None, dtype=torch.float32, device="cpu", p
     except CheckFailed as exc:
         if picture and exc.diagnosis.kind in ("values", "nonfinite"):
             # Rows are tokens: a mask mistake shows as whole rows wrong (the first token, or all but the last).
-            pictures.attach(exc, y[0], expected[0], what="y[0]", axes=("L", "d_model"))
+            pictures.attach(exc, y[0], expected[0], what="y[0]", axes=("L", "d_model"), rows="tokens",
+                            cols="features", kind="values")
         raise
     return result, y
 
