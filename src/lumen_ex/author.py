@@ -61,7 +61,8 @@ from lumen_ex.graders.support.expect import (
     fail,
 )
 from lumen_ex.harness.client import LearnerError, WorkerFailure
-from lumen_ex.harness.proxy import CallResult, ModuleCall, ParameterInfo, meta
+from lumen_ex.harness.module_calls import ModuleCall, ParameterInfo
+from lumen_ex.harness.proxy import CallResult, meta
 
 
 class Exercise:

@@ -20,7 +20,8 @@ import torch
 from conftest import requires_bwrap
 
 from lumen_ex.harness.client import LearnerError, WorkerPool
-from lumen_ex.harness.proxy import LearnerModule, ModuleCall, _checked_parameters
+from lumen_ex.harness.module_calls import ModuleCall, checked_parameters
+from lumen_ex.harness.proxy import LearnerModule
 from lumen_ex.sandbox.base import WorkerSpec
 from lumen_ex.sandbox.inside import wire
 from lumen_ex.sandbox.inside.wire import Opaque
@@ -162,7 +163,7 @@ def test_a_hostile_module_stays_within_the_bounds(sub):
 ])
 def test_a_malformed_parameter_list_is_a_protocol_error(listing):
     with pytest.raises(wire.ProtocolError):
-        _checked_parameters(listing)
+        checked_parameters(listing)
 
 
 def test_a_module_call_is_bounded_on_the_harness_side():
