@@ -98,25 +98,25 @@ def stream(qs, ks, vs, n_sink, window, **knobs):
 # exercise is about.
 OUT_CANDIDATES = [
     ("written-after-attending", "your out_t equals attention over the slots read before the new token was "
-     "written: the new token's slot still held what was there before (zeros while the cache fills, the evicted "
-     "token after)", "store k_t and v_t in their slot first, then attend: the new token must see itself",
+     "written, so its slot still held what was there before (zeros while the cache fills, the evicted token "
+     "after)", "store k_t and v_t in their slot first and attend after, so that the new token sees itself",
      dict(read="stale")),
     ("empty-slots-attended", "your out_t equals attention over all C slots, the empty (zero) ones included",
-     "while the cache fills only slots 0..n_seen are occupied: attend to k_cache[:, :, :min(n_seen + 1, C)] "
+     "while the cache fills only slots 0..n_seen are occupied, so attend to k_cache[:, :, :min(n_seen + 1, C)] "
      "(a zero key still gets weight exp(0) in the softmax)", dict(read="all")),
     ("window-without-new-token", "your out_t equals attention over the cache as it was (sinks and the last "
-     "window earlier tokens) plus the new token: C + 1 keys, the evicted token still seen",
-     "the window counts the new token: evict first (overwrite the oldest window slot with the new token), then "
-     "attend to exactly the C slots", dict(read="old+new")),
+     "window earlier tokens) plus the new token, C + 1 keys with the evicted token still seen",
+     "the window counts the new token, so evict first (overwrite the oldest window slot with the new token) and "
+     "then attend to exactly the C slots", dict(read="old+new")),
     ("sinks-evicted", "your out_t equals attention after storing the new token at slot n_seen % C, a ring over "
-     "the whole cache that overwrites the sinks in turn", "the first n_sink slots are never evicted: token t goes "
+     "the whole cache that overwrites the sinks in turn", "the first n_sink slots are never evicted, so token t goes "
      "to slot n_sink + (t - n_sink) % window", dict(write="mod-C")),
     ("ring-index-off-by-n-sink", "your out_t equals attention after storing the new token at slot "
-     "n_sink + n_seen % window: its ring position is counted from token 0, not from token n_sink",
+     "n_sink + n_seen % window, its ring position counted from token 0, not from token n_sink",
      "token t's place in the ring is (t - n_sink) % window: slot n_sink + (t - n_sink) % window",
      dict(write="from-token-0")),
     ("window-shifted", "your out_t equals attention after dropping the token in the first window slot and "
-     "shifting the window left (a queue): the slot after the sinks is not the oldest token here",
+     "shifting the window left like a queue, although the slot after the sinks does not hold the oldest token here",
      "the window is a ring: overwrite only slot n_sink + (n_seen - n_sink) % window, where the oldest token is, "
      "and move nothing", dict(layout="shift")),
     ("gqa-repeat", "your out_t equals grouped-query attention with the KV heads tiled (repeat) instead of grouped",
@@ -128,11 +128,11 @@ OUT_CANDIDATES = [
 
 # The mistakes of the returned caches (which=K_CACHE or V_CACHE): (id, sentence, fix, knobs).
 CACHE_CANDIDATES = [
-    ("sinks-evicted", "your {name} has the new token at slot n_seen % C: a ring over the whole cache, which "
-     "overwrites a sink", "the first n_sink slots are never evicted: token t goes to slot "
+    ("sinks-evicted", "your {name} has the new token at slot n_seen % C, a ring over the whole cache that "
+     "overwrites a sink", "the first n_sink slots are never evicted, so token t goes to slot "
      "n_sink + (t - n_sink) % window", dict(write="mod-C")),
-    ("ring-index-off-by-n-sink", "your {name} has the new token at slot n_sink + n_seen % window: its ring "
-     "position is counted from token 0, not from token n_sink", "token t's place in the ring is "
+    ("ring-index-off-by-n-sink", "your {name} has the new token at slot n_sink + n_seen % window, its ring "
+     "position counted from token 0, not from token n_sink", "token t's place in the ring is "
      "(t - n_sink) % window: slot n_sink + (t - n_sink) % window", dict(write="from-token-0")),
     ("window-shifted", "your {name} keeps the sinks and shifts the window left by one slot, the new token last "
      "(a queue, not a ring)", "the window is a ring: write the new token over slot "
@@ -165,14 +165,31 @@ def step_variants(q_t, k_t, v_t, k_cache, v_cache, n_seen, n_sink, window, *, wh
     return found
 
 
+# What a whole decoding run shows of each mistake of the cache (the others cannot show in it).
+STREAM_SENTENCES = {
+    "written-after-attending": "at every step your query attends to the slots as they were before the new token "
+                               "was written, so it never sees itself",
+    "empty-slots-attended": "at every step your query attends to all C slots, the empty (zero) ones included "
+                            "while the cache fills",
+    "window-without-new-token": "at every step your query attends to the cache as it came plus the new token, "
+                                "C + 1 tokens once the cache is full",
+    "sinks-evicted": "your decoding stores token t at slot t % C, a ring over the whole cache that overwrites the "
+                     "sinks, which leaves a plain sliding window of the last C tokens",
+    "ring-index-off-by-n-sink": "your decoding stores token t at slot n_sink + t % window once the cache is full, "
+                                "its ring position counted from token 0, so it overwrites a token still in the "
+                                "window and keeps an older one",
+    "window-shifted": "your decoding shifts the window left like a queue",
+}
+
+
 def stream_variants(qs, ks, vs, n_sink, window, weights_of) -> list[Variant]:
     """Wrong answers for a whole sequence's outputs, as ``weights_of(outputs)`` turns them into what
     the suite compares (the attention weights, read off one-hot values)."""
     found = []
-    for ident, sentence, fix, knobs in OUT_CANDIDATES:
-        if "read" not in knobs and "write" not in knobs and "layout" not in knobs:
+    for ident, _, fix, knobs in OUT_CANDIDATES:
+        sentence = STREAM_SENTENCES.get(ident)
+        if sentence is None:
             continue                      # the arithmetic mistakes: the probe's zero queries cannot show them
-        sentence = sentence.replace("your out_t equals attention", "every step of your decoding attends as it does")
         found.append(Variant(ident, sentence, weights_of(stream(qs, ks, vs, n_sink, window, **knobs)), fix))
     return found
 

@@ -122,8 +122,7 @@ def slot_picture(diag, got_cache: torch.Tensor, case, which: int) -> None:
         for t, value in contents.items():
             if expect.separation(g[:, :, j], value, tol) <= 1.0:
                 yours[t, j] = True
-    pictures.attach(diag, yours, expected, what=f"the slot each token lives in ({name}): rows = tokens, "
-                    "columns = slots", axes=("token", "slot"), rows="tokens", cols="keys")
+    pictures.attach(diag, yours, expected, what=f"{name}, the token each slot holds", axes=("token", "slot"), rows="tokens", cols="keys")
 
 
 def occupied(t: torch.Tensor, n_occ: int) -> torch.Tensor:
@@ -197,6 +196,57 @@ def test_shapes(submission, seed, device):
     with diagnosed(case):
         expect.shapes([Expected(out, exp_out, "out_t", OUT_AXES), Expected(k, exp_k, "k_cache", CACHE_AXES),
                        Expected(v, exp_v, "v_cache", CACHE_AXES)], sizes=case.axis_sizes())
+
+
+# -------------------------------------------------------------------------------------------------
+# Which tokens each step attends to (first among the value tests: its picture explains the most)
+
+
+@pytest.mark.group("decode")
+def test_attends_sinks_and_window(submission, seed, device):
+    """each token attends to exactly the sinks and the last window tokens"""
+    # Zero queries give every attended key the same weight, and token s's value is the one-hot e_s, so
+    # out_t[..., s] is the weight the query of step t puts on token s: the (L_q, L_k) picture of who
+    # attends to whom, read off the outputs alone.
+    s = cases.STREAM
+    n_sink, window, L = s["n_sink"], s["window"], s["L"]
+    q, k, v = cases.probe(seed)                                                 # d = L + 1
+    B, H, H_kv, d = q.shape[0], q.shape[1], k.shape[1], q.shape[3]
+    C = n_sink + window
+    expected = torch.zeros(B, H, L, L, dtype=torch.float64)                     # (B, H, L_q, L_k)
+    for t in range(L):
+        seen = ref.visible_tokens(t, n_sink, window)
+        expected[:, :, t, seen] = 1.0 / len(seen)
+    dtype = torch.float32
+    k_cache = torch.zeros(B, H_kv, C, d, dtype=dtype)
+    v_cache = torch.zeros_like(k_cache)
+    names = {"B": B, "H": H, "H_kv": H_kv, "C": C, "d": d, "L": L}
+    outs = []
+    for t in range(L):
+        args = [q[:, :, t].to(dtype), k[:, :, t].to(dtype), v[:, :, t].to(dtype), k_cache, v_cache, t, n_sink, window]
+        _, (out, k_cache, v_cache) = decode(submission, args, device=device)
+        try:
+            expect.shape(out, (B, H, d), what="out_t", axes=OUT_AXES, sizes=names)
+            expect.shape(k_cache, (B, H_kv, C, d), what="k_cache", axes=CACHE_AXES, sizes=names)
+            expect.shape(v_cache, (B, H_kv, C, d), what="v_cache", axes=CACHE_AXES, sizes=names)
+        except CheckFailed as exc:
+            raise _prefixed(exc, f"decoding step {t}", t) from None
+        outs.append(out)
+    got = cases.probe_weights(torch.stack([o.detach() for o in outs], dim=2))     # (B, H, L_q, L_k)
+    got.lumen_meta = meta(outs[-1])
+    try:
+        expect.tensors([Expected(got, expected, "weights", ("B", "H", "L_q", "L_k"),
+                                 lambda: mistakes.stream_variants(q, k, v, n_sink, window, cases.probe_weights))],
+                       sizes={"B": B, "H": H, "L_q": L}, dtype=dtype, device=device)
+    except CheckFailed as exc:
+        diag = exc.diagnosis
+        diag.summary = (f"decoding {L} tokens (n_sink = {n_sink}, window = {window}; zero queries and one-hot values, "
+                        f"so out_t[..., s] is the weight of step t on token s): {diag.summary}")
+        if diag.kind == "values" and not diag.misconception:
+            diag.hint = (f"Step t must attend, with equal weights here, to tokens 0..{n_sink - 1} (the sinks) and to "
+                         f"the last {window} tokens t-{window - 1}..t, itself included, and to nothing else: in the "
+                         "picture, the sink columns and a band along the diagonal.")
+        raise
 
 
 # -------------------------------------------------------------------------------------------------
@@ -312,54 +362,6 @@ def test_decode_matches_sink_attention(submission, seed, device):
                             f"caches, {matched} (n_seen = {t}) differs", t) from None
         _, k_cache, v_cache = got
         ref_k, ref_v = exp_k, exp_v
-
-
-@pytest.mark.group("decode")
-def test_attends_sinks_and_window(submission, seed, device):
-    """each token attends to exactly the sinks and the last window tokens"""
-    # Zero queries give every attended key the same weight, and token s's value is the one-hot e_s, so
-    # out_t[..., s] is the weight the query of step t puts on token s: the (L_q, L_k) picture of who
-    # attends to whom, read off the outputs alone.
-    s = cases.STREAM
-    n_sink, window, L = s["n_sink"], s["window"], s["L"]
-    q, k, v = cases.probe(seed)                                                 # d = L + 1
-    B, H, H_kv, d = q.shape[0], q.shape[1], k.shape[1], q.shape[3]
-    C = n_sink + window
-    expected = torch.zeros(B, H, L, L, dtype=torch.float64)                     # (B, H, L_q, L_k)
-    for t in range(L):
-        seen = ref.visible_tokens(t, n_sink, window)
-        expected[:, :, t, seen] = 1.0 / len(seen)
-    dtype = torch.float32
-    k_cache = torch.zeros(B, H_kv, C, d, dtype=dtype)
-    v_cache = torch.zeros_like(k_cache)
-    names = {"B": B, "H": H, "H_kv": H_kv, "C": C, "d": d, "L": L}
-    outs = []
-    for t in range(L):
-        args = [q[:, :, t].to(dtype), k[:, :, t].to(dtype), v[:, :, t].to(dtype), k_cache, v_cache, t, n_sink, window]
-        _, (out, k_cache, v_cache) = decode(submission, args, device=device)
-        try:
-            expect.shape(out, (B, H, d), what="out_t", axes=OUT_AXES, sizes=names)
-            expect.shape(k_cache, (B, H_kv, C, d), what="k_cache", axes=CACHE_AXES, sizes=names)
-            expect.shape(v_cache, (B, H_kv, C, d), what="v_cache", axes=CACHE_AXES, sizes=names)
-        except CheckFailed as exc:
-            raise _prefixed(exc, f"decoding step {t}", t) from None
-        outs.append(out)
-    got = cases.probe_weights(torch.stack([o.detach() for o in outs], dim=2))     # (B, H, L_q, L_k)
-    got.lumen_meta = meta(outs[-1])
-    try:
-        expect.tensors([Expected(got, expected, "weights", ("B", "H", "L_q", "L_k"),
-                                 lambda: mistakes.stream_variants(q, k, v, n_sink, window, cases.probe_weights))],
-                       sizes={"B": B, "H": H, "L_q": L}, dtype=dtype, device=device)
-    except CheckFailed as exc:
-        diag = exc.diagnosis
-        diag.summary = (f"decoding {L} tokens (n_sink = {n_sink}, window = {window}) with zero queries and one-hot "
-                        "values, so that out_t[..., s] is the weight step t puts on token s: "
-                        + diag.summary.replace("weights:", "the weights read off out_t:", 1))
-        if diag.kind == "values" and not diag.misconception:
-            diag.hint = (f"Step t must attend, with equal weights here, to tokens 0..{n_sink - 1} (the sinks) and to "
-                         f"the last {window} tokens t-{window - 1}..t, itself included, and to nothing else: in the "
-                         "picture, the sink columns and a band along the diagonal.")
-        raise
 
 
 # -------------------------------------------------------------------------------------------------
