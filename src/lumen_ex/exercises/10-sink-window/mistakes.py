@@ -113,11 +113,11 @@ OUT_CANDIDATES = [
      "to slot n_sink + (t - n_sink) % window", dict(write="mod-C")),
     ("ring-index-off-by-n-sink", "your out_t equals attention after storing the new token at slot "
      "n_sink + n_seen % window, its ring position counted from token 0, not from token n_sink",
-     "token t's place in the ring is (t - n_sink) % window: slot n_sink + (t - n_sink) % window",
+     "token t's place in the ring is (t - n_sink) % window, so its slot is n_sink + (t - n_sink) % window",
      dict(write="from-token-0")),
     ("window-shifted", "your out_t equals attention after dropping the token in the first window slot and "
      "shifting the window left like a queue, although the slot after the sinks does not hold the oldest token here",
-     "the window is a ring: overwrite only slot n_sink + (n_seen - n_sink) % window, where the oldest token is, "
+     "the window is a ring, so overwrite only slot n_sink + (n_seen - n_sink) % window, where the oldest token is, "
      "and move nothing", dict(layout="shift")),
     ("gqa-repeat", "your out_t equals grouped-query attention with the KV heads tiled (repeat) instead of grouped",
      "query head h reads KV head h // (H // H_kv), which is what repeat_interleave(H // H_kv, dim=1) gives",
@@ -133,9 +133,9 @@ CACHE_CANDIDATES = [
      "n_sink + (t - n_sink) % window", dict(write="mod-C")),
     ("ring-index-off-by-n-sink", "your {name} has the new token at slot n_sink + n_seen % window, its ring "
      "position counted from token 0, not from token n_sink", "token t's place in the ring is "
-     "(t - n_sink) % window: slot n_sink + (t - n_sink) % window", dict(write="from-token-0")),
+     "(t - n_sink) % window, so its slot is n_sink + (t - n_sink) % window", dict(write="from-token-0")),
     ("window-shifted", "your {name} keeps the sinks and shifts the window left by one slot, the new token last "
-     "(a queue, not a ring)", "the window is a ring: write the new token over slot "
+     "(a queue, not a ring)", "the window is a ring, so write the new token over slot "
      "n_sink + (n_seen - n_sink) % window and leave every other slot where it is", dict(layout="shift")),
     ("cache-not-written", "your {name} is the cache you were given, without the new token",
      "store k_t and v_t in a copy of the caches (k_cache.clone()) at the new token's slot, and return that copy",
