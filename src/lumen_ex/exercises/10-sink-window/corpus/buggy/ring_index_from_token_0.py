@@ -1,0 +1,24 @@
+# bug: once the cache is full, puts token t at n_sink + t % window: the ring position is counted from token 0, not token n_sink
+# expect-kind: values
+# expect-misconception: ring-index-off-by-n-sink
+import math
+
+import torch
+
+
+def streaming_decode_step(q_t, k_t, v_t, k_cache, v_cache, n_seen, n_sink, window):
+    C = n_sink + window
+    if n_seen < C:
+        slot = n_seen
+    else:
+        slot = n_sink + n_seen % window    # skip the sinks, then go round the window
+    k_cache, v_cache = k_cache.clone(), v_cache.clone()
+    k_cache[:, :, slot] = k_t
+    v_cache[:, :, slot] = v_t
+    n = min(n_seen + 1, C)
+    group = q_t.shape[1] // k_cache.shape[1]
+    k = k_cache[:, :, :n].repeat_interleave(group, dim=1)                 # (B, H, n, d)
+    v = v_cache[:, :, :n].repeat_interleave(group, dim=1)
+    scores = (q_t[:, :, None, :] @ k.transpose(-2, -1)) / math.sqrt(q_t.shape[-1])
+    out_t = (torch.softmax(scores, dim=-1) @ v)[:, :, 0, :]
+    return out_t, k_cache, v_cache
