@@ -201,12 +201,14 @@ def check_quantize(submission, x: torch.Tensor, *, dtype=torch.float32, device="
     for b, h, t in zero_rows:
         got = float(scale[b, h, t, 0])
         if got != 1.0:
+            made = ("amax / 127 = 0 became its scale (and 0 / 0 = NaN its codes)" if got == 0.0
+                    else "a clamped amax (a tiny epsilon) became its scale" if 0.0 < got < 1e-3
+                    else f"it got scale {got:.6g}")
             raise fail("values", f"scale[B={b}, H_kv={h}, T={t}] is {got:.6g} for a row of zeros; it must be 1",
                        expected=1.0, got=got, misconception="zero-row-scale",
                        details={"zero_rows": [list(r) for r in zero_rows]},
-                       hint="A row of zeros has amax = 0, and 0 / 0 is NaN: give it scale 1 (its codes are then 0), "
-                            "torch.where(amax == 0, torch.ones_like(amax), amax / 127). Clamping amax to a tiny "
-                            "epsilon instead changes the scale the cache stores.")
+                       hint=f"For a row of zeros {made}: give such a row scale 1 (its codes are then 0), "
+                            "torch.where(amax == 0, torch.ones_like(amax), amax / 127).")
     staged(items, sizes=sizes, device=device)
     return result
 
