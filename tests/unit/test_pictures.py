@@ -293,6 +293,22 @@ def test_weights_heatmap_marks_nan_and_shades_by_size():
     assert "? NaN/inf" in text and "█ = 1" in text
 
 
+def test_an_exercises_own_words_name_the_rows_columns_and_shades():
+    """A suite's own rows, columns and kind (exercise 11's tokens x channels of codes) are written as
+    they are; an unusable one (not a short word) falls back to queries, keys and weight."""
+    e = torch.tensor([[3.0, -2.0, 1.0], [0.0, 5.0, -1.0]], dtype=torch.float64)
+    g = e.clone()
+    g[1, 1] = 4.0
+    text = _plain(Heatmap(pictures.heatmap(g, e, what="k_q", axes=("T", "d"), rows="steps", cols="channels",
+                                           kind="codes")))
+    assert "k_q: rows = steps, columns = channels" in text
+    assert "small to large code" in text and "  s1 " in text
+    assert "largest difference: step 1, channel 1, expected 5, yours 4" in text
+    odd = _plain(Heatmap(pictures.heatmap(g, e, what="k_q", axes=("T", "d"), rows="a\nb", cols="x" * 40,
+                                          kind="[red]")))
+    assert "rows = queries, columns = keys" in odd and "small to large weight" in odd
+
+
 def test_heatmap_fits_a_narrow_terminal_around_the_worst_column():
     expected = torch.zeros(2, 16, dtype=torch.float64)
     got = expected.clone()

@@ -32,12 +32,52 @@ from lumen_ex.feedback.shapes import shape_columns
 
 # What a picture's rows and columns are (the payload's "rows" and "cols", docs/result-schema.md): the
 # caption's word, a row label's prefix and one of them, by name. Exercise 4 (RoPE) draws tokens x pairs.
-# Exercise 7 draws tokens x features of its output ("values": what the shades measure).
-# Keyed by object: looked up with whatever the payload holds there.
+# A word not listed here (an exercise's own, "steps" or "channels") is shown as it is: row_words and
+# col_words. Keyed by object: looked up with whatever the payload holds there.
 ROWS: dict[object, tuple[str, str, str]] = {"queries": ("queries", "q", "query"), "tokens": ("tokens", "t", "token")}
-COLS: dict[object, tuple[str, str]] = {"keys": ("keys", "key"), "pairs": ("pairs", "pair"),
-                                       "features": ("features", "feature")}
-VALUES: dict[object, str] = {"angles": "angle, radians", "values": "value"}     # what the shades measure, by kind (otherwise: weight)
+COLS: dict[object, tuple[str, str]] = {"keys": ("keys", "key"), "pairs": ("pairs", "pair")}
+VALUES: dict[object, str] = {"angles": "angle, radians"}     # what the shades measure, by kind (otherwise: weight)
+GENERIC_KINDS = ("weights", "mask")      # kinds whose shades are weights
+
+
+def _word(value: object) -> str | None:
+    """A payload's own name for its rows, columns or values: a short plain word, else None."""
+    if isinstance(value, str) and 0 < len(value) <= 24 and value.replace("_", " ").replace(" ", "").isalpha():
+        return value.replace("_", " ")
+    return None
+
+
+def _singular(word: str) -> str:
+    return word[:-1] if word.endswith("s") and len(word) > 1 else word
+
+
+def row_words(p: dict) -> tuple[str, str, str]:
+    """(plural, label prefix, singular) of the picture's rows: "queries", "q", "query" by default."""
+    key = p.get("rows")
+    if key in ROWS:
+        return ROWS[key]
+    word = _word(key)
+    return (word, word[:1], _singular(word)) if word else ROWS["queries"]
+
+
+def col_words(p: dict) -> tuple[str, str]:
+    """(plural, singular) of the picture's columns: "keys", "key" by default."""
+    key = p.get("cols")
+    if key in COLS:
+        return COLS[key]
+    word = _word(key)
+    return (word, _singular(word)) if word else COLS["keys"]
+
+
+def value_word(p: dict) -> str:
+    """What the shades measure: "weight" for weights and masks, else the payload's kind."""
+    kind = p.get("kind")
+    if kind in VALUES:
+        return VALUES[kind]
+    word = _word(kind)
+    return _singular(word) if word and kind not in GENERIC_KINDS else "weight"
+
+
 SHADES = ("░░", "▒▒", "▓▓", "██")
 ZERO, UNKNOWN, ON = " ·", " ?", " ■"
 LABEL_W, SEP = 6, "   "
@@ -112,8 +152,8 @@ def heatmap_lines(p: dict, width: int = 96) -> list[Text]:
     titles = ("expected", "yours", "difference")
     widths = [max(2 * len(cols), len(t)) for t in titles]
     title = one_line(p.get("title") or p.get("what", "weights"))        # from the record: shown, never run
-    row_word, row_mark, _ = ROWS.get(p.get("rows"), ROWS["queries"])
-    col_word = COLS.get(p.get("cols"), COLS["keys"])[0]
+    row_word, row_mark, _ = row_words(p)
+    col_word = col_words(p)[0]
     out = [Text.assemble("  ", (title, "bold"), f": rows = {row_word}, columns = {col_word}")]
     out.append(Text((" " * LABEL_W + SEP.join(t.ljust(w) for t, w in zip(titles, widths))).rstrip()))
     every = 2 if c0 + cols.stop - 1 >= 10 else 1          # two-digit keys: label every other one
@@ -148,7 +188,7 @@ def _legend(p: dict, is_mask: bool, vmax: float) -> list[Text]:
         return [Text("  ■ True (may attend)   · False (masked)"),
                 Text.assemble("  ", ("+", STYLE["more"]), " yours True, expected False   ",
                               ("-", STYLE["less"]), " yours False, expected True")]
-    value = VALUES.get(p.get("kind"), "weight")
+    value = value_word(p)
     first: list[str | tuple[str, str]] = ["  · exactly 0   ", ("░▒▓█", STYLE["shade"]),
                                           f" small to large {value} (█ = {vmax:.3g})"]
     if any(v is None for row in p["got"] for v in row):
@@ -163,7 +203,7 @@ def _shown(p: dict, n_rows: int, r0: int, c0: int, cols: range) -> str:
     first, last = c0 + cols.start, c0 + cols.stop - 1
     if n_rows == L_q and first == 0 and last == L_k - 1:
         return ""
-    row_word, col_word = ROWS.get(p.get("rows"), ROWS["queries"])[0], COLS.get(p.get("cols"), COLS["keys"])[0]
+    row_word, col_word = row_words(p)[0], col_words(p)[0]
     return (f"  showing {row_word} {r0}-{r0 + n_rows - 1} and {col_word} {first}-{last} of {L_q} x {L_k}, "
             f"around the largest difference")
 
@@ -180,7 +220,7 @@ def _worst_line(p: dict, is_mask: bool) -> str:
     fmt = (lambda v: "True" if v else "False") if is_mask else (lambda v: "NaN/inf" if v is None else f"{v:.3g}")
     n, shape = p.get("mismatched"), p.get("shape") or []
     many = f" ({n} of {shape[0] * shape[1]} cells differ)" if n and len(shape) == 2 else ""
-    row, col = ROWS.get(p.get("rows"), ROWS["queries"])[2], COLS.get(p.get("cols"), COLS["keys"])[1]
+    row, col = row_words(p)[2], col_words(p)[1]
     return f"  largest difference: {row} {worst[0]}, {col} {worst[1]}, expected {fmt(e)}, yours {fmt(g)}{many}"
 
 
