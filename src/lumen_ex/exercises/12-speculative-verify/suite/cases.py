@@ -32,6 +32,7 @@ the margins are checked. The reference always sees exactly the values the learne
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 import torch
@@ -70,41 +71,41 @@ class SpecCase:
         return tuple(t.clone() for t in self.tensors())
 
 
-def _distribution(gen: torch.Generator, V: int, quantum: float | None) -> torch.Tensor:
-    """A random distribution over V tokens (V,), every entry positive; multiples of ``quantum``
-    summing to exactly 1 when given."""
-    w = torch.softmax(TEMPERATURE * inputs.randn(gen, V), dim=-1)                 # (V,)
+def _distributions(gen: torch.Generator, n: int, V: int, quantum: float | None) -> torch.Tensor:
+    """n random distributions over V tokens (n, V), every entry positive; multiples of ``quantum``
+    summing to exactly 1 when given (the remainder of the rounding goes to each row's largest entry)."""
+    w = torch.softmax(TEMPERATURE * inputs.randn(gen, n, V), dim=-1)              # (n, V)
     if quantum is None:
         return w
     total = round(1 / quantum)
-    counts = torch.clamp(torch.floor(w * total), min=1)
-    while int(counts.sum()) != total:                                             # fix the sum on the largest
-        j = int(torch.argmax(counts))
-        counts[j] += 1 if int(counts.sum()) < total else -1
+    counts = torch.clamp(torch.floor(w * total), min=1)                           # (n, V)
+    largest = counts.argmax(dim=-1, keepdim=True)                                 # (n, 1)
+    counts.scatter_add_(-1, largest, total - counts.sum(dim=-1, keepdim=True))
     return counts * quantum
 
 
-def _cdf_bounds(probs: torch.Tensor) -> list[float]:
-    """The cumulative boundaries of a row (V,) other than its total."""
-    return probs.cumsum(dim=-1)[:-1].tolist()
+def _cdf(probs: torch.Tensor) -> list[float]:
+    """The cumulative sums of a row (V,), as a list."""
+    return probs.cumsum(dim=-1).tolist()
 
 
 def _residual(p: torch.Tensor, q: torch.Tensor, normalise: bool = True) -> torch.Tensor:
     r = torch.clamp(p - q, min=0.0)
-    return r / r.sum().clamp_min(1e-300) if normalise else r
+    return r / r.sum(dim=-1, keepdim=True).clamp_min(1e-300) if normalise else r
 
 
 def _draw_u(gen: torch.Generator, lo: float, hi: float, avoid: list[float], margin: float,
-            dtype: torch.dtype) -> float | None:
+            dtype: torch.dtype, prefer=None) -> float | None:
     """A uniform in [lo, hi], as rounded to ``dtype``, at least ``margin`` from every value of
-    ``avoid``; None when 200 draws find none."""
+    ``avoid``, and one for which ``prefer(u)`` holds if one of the first 100 candidates does; None
+    when none of 200 candidates fits."""
     if hi - lo < margin:
         return None
-    for _ in range(200):
-        u = lo + (hi - lo) * float(torch.rand((), generator=gen, dtype=torch.float64))
-        u = float(torch.tensor(u, dtype=torch.float64).to(dtype).to(torch.float64))
+    cands = lo + (hi - lo) * torch.rand(200, generator=gen, dtype=torch.float64)     # (200,)
+    for attempt, u in enumerate(cands.to(dtype).to(torch.float64).tolist()):
         if lo <= u <= hi and 0.0 <= u < 1.0 and all(abs(u - a) >= margin for a in avoid):
-            return u
+            if prefer is None or attempt >= 100 or prefer(u):
+                return u
     return None
 
 
@@ -119,9 +120,17 @@ def _pick_token(gen: torch.Generator, q: torch.Tensor, allowed: torch.Tensor) ->
 def _row(gen: torch.Generator, first_reject: int | None, K: int, V: int, dtype: torch.dtype):
     """One sequence that follows its plan: (tokens (K,), q (K, V), p (K + 1, V), u (K + 1,)), or None."""
     m, quantum = MARGIN[dtype], QUANTUM.get(dtype)
-    rnd = (lambda t: t.to(dtype).to(torch.float64)) if quantum is None else (lambda t: t)
-    q = torch.stack([rnd(_distribution(gen, V, quantum)) for _ in range(K)])          # (K, V)
-    p = torch.stack([rnd(_distribution(gen, V, quantum)) for _ in range(K + 1)])      # (K + 1, V)
+    q = _distributions(gen, K, V, quantum)                                            # (K, V)
+    p = _distributions(gen, K + 1, V, quantum)                                        # (K + 1, V)
+    if quantum is None:                                                               # what the learner gets
+        q, p = q.to(dtype).to(torch.float64), p.to(dtype).to(torch.float64)
+    residual = _residual(p[:K], q)                                                    # (K, V), normalised
+    raw = _residual(p[:K], q, normalise=False)                                        # (K, V)
+    shifted = _residual(p[1:], q)                                                     # (K, V): p_{i+1} - q_i
+    cdf_res, cdf_raw, cdf_shift, cdf_p = _cdf(residual), _cdf(raw), _cdf(shifted), _cdf(p)
+    ratios = (p[:K] / q).tolist()                                                     # (K, V)
+    inverse = (q / p[:K]).tolist()
+    shifted_ratios = (p[1:] / q).tolist()
     tokens, us = [], []
     for i in range(K):
         if first_reject is None or i < first_reject or i == first_reject + 1:
@@ -131,27 +140,37 @@ def _row(gen: torch.Generator, first_reject: int | None, K: int, V: int, dtype: 
         else:
             accept = bool(torch.rand((), generator=gen) < 0.5)
         ratio = torch.clamp(p[i] / q[i], max=1.0)                                     # (V,)
-        allowed = ratio >= 4 * m if accept else ratio <= 1 - 4 * m
-        x = _pick_token(gen, q[i], allowed)
+        x = _pick_token(gen, q[i], ratio >= 4 * m if accept else ratio <= 1 - 4 * m)
         if x is None:
             return None
-        r = float(ratio[x])
-        avoid = [float(p[i, x] / q[i, x]), float(q[i, x] / p[i, x]), float(p[i + 1, x] / q[i, x])]
-        avoid += _cdf_bounds(_residual(p[i], q[i]))                  # a rejecting draft's uniform reused
+        r = min(1.0, ratios[i][x])
+        avoid = [ratios[i][x], inverse[i][x], shifted_ratios[i][x], *cdf_res[i][:-1]]
         u = _draw_u(gen, 0.0, r - m, avoid, m, dtype) if accept else _draw_u(gen, r + m, 1 - m, avoid, m, dtype)
         if u is None:
             return None
         tokens.append(x)
         us.append(u)
-    avoid = [b for i in range(K + 1) for b in _cdf_bounds(p[i])]
-    for i in range(K):
-        avoid += _cdf_bounds(_residual(p[i], q[i])) + _cdf_bounds(_residual(p[i], q[i], normalise=False))
-        avoid += _cdf_bounds(_residual(p[i + 1], q[i]))
-    hi = 1 - m if first_reject is None else float(_residual(p[first_reject], q[first_reject], False).sum()) - m
-    u = _draw_u(gen, 0.0, hi, avoid, m, dtype)
+    avoid = [b for rows in (cdf_res, cdf_raw, cdf_shift, cdf_p) for row in rows for b in row[:-1]]
+    hi = 1 - m if first_reject is None else cdf_raw[first_reject][-1] - m
+    u = _draw_u(gen, 0.0, hi, avoid, m, dtype, prefer=_telling(cdf_res, cdf_raw, cdf_p, first_reject))
     if u is None:
         return None
     return torch.tensor(tokens, dtype=torch.int64), q, p, torch.tensor([*us, u], dtype=torch.float64)
+
+
+def _telling(cdf_res, cdf_raw, cdf_p, first_reject: int | None):
+    """For the last uniform of a sequence: does u tell the right token apart from those of the mistakes
+    that sample another distribution for this sequence? (A u that does is drawn when there is one.)"""
+    K = len(cdf_res)
+    if first_reject is None:
+        right, others = cdf_p[K], [cdf_res[K - 1], cdf_p[K - 1]]
+    else:
+        right, others = cdf_res[first_reject], [cdf_raw[first_reject], cdf_p[first_reject]]
+
+    def tells(u: float) -> bool:
+        token = bisect.bisect_right(right, u)
+        return token != 0 and all(bisect.bisect_right(other, u) != token for other in others)
+    return tells
 
 
 def required(plan: tuple, K: int) -> set[str]:
