@@ -243,7 +243,7 @@ STAT_MARGIN = 1e-4           # the contract's
 def stat_case(seed: int) -> SpecCase:
     """STAT_N sequences with the same distributions STAT_Q, STAT_P: drafted tokens drawn from the draft
     by inverse CDF, uniforms uniform on [0, 1) but redrawn where one falls within STAT_MARGIN of a
-    boundary it decides by (the contract; this moves at most 2e-4 of the probability of any outcome)."""
+    boundary it decides by (the contract; the suite's docstring bounds what this changes)."""
     gen = inputs.generator(seed)
     q = torch.tensor(STAT_Q, dtype=torch.float64)                                   # (K, V)
     p = torch.tensor(STAT_P, dtype=torch.float64)                                   # (K + 1, V)

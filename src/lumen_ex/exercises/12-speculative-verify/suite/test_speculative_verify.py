@@ -25,14 +25,16 @@ and why it separates a correct file from every known mistake at every seed:
   file (which makes the reference's decisions on every row) X_j is asymptotically chi-square with
   V - 1 = 5 degrees of freedom; every expected count is at least 0.05 * 1080 = 54, where the
   approximation is good. P(chi2_5 > 70) = 1.0e-13, so with the three statistics a correct file
-  fails at fewer than 1 seed in 10^12. The uniforms kept 1e-4 from the boundaries (the contract)
-  move each outcome's probability by at most 2e-4, which adds at most N * (2e-4)^2 / 0.05 < 0.01 to
-  the expected statistic. Measured over 300 seeds, the reference's largest X_j was 25.8.
+  fails at fewer than 1 seed in 10^12. The uniforms kept 1e-4 from the boundaries (the contract:
+  at most 15 boundaries per uniform, so at most 3e-3 of its range is redrawn) move each outcome's
+  probability by at most 2e-4 + 3e-3 * 0.3 < 1.1e-3, which adds at most N * 6 * (1.1e-3)^2 / 0.05 < 0.6
+  to the expected statistic. Measured over 300 seeds of cases.stat_case, the reference's largest X_j
+  was 20.7.
 - A known mistake changes some emitted token's distribution to p' != p: X_j is then non-central
   chi-square with non-centrality ~ M_j * sum (p' - p)^2 / p. The closest mistakes (sampling the
   target instead of the residual; all accepted counted as 0; reusing the rejecting uniform) have
   a non-centrality of about 370 at N = 4000, a mean near 375 and a standard deviation near 39: the
-  bound 70 is 7.8 standard deviations below, and over 300 seeds their smallest statistic was 264.
+  bound 70 is 7.8 standard deviations below, and over the same 300 seeds their smallest statistic was 259.
   Every other mistake is far beyond (a -1 token or a token past V fails before the statistic).
   So the verdict of every file of the corpus is the same at every seed.
 """
@@ -105,8 +107,9 @@ def check_kinds(got, sizes: dict, device: str) -> None:
 
 
 def acceptance(n: torch.Tensor, K: int) -> torch.Tensor:
-    """(B, K) bool: draft i of sequence b is accepted, as n_accepted says (i < n[b])."""
-    return torch.arange(K)[None, :] < n.detach().to("cpu", torch.int64)[:, None]
+    """(B, K): 1.0 where draft i of sequence b is accepted as n_accepted says (i < n[b]), else 0.0.
+    Drawn as numbers, not as a mask: a mask's legend speaks of attention."""
+    return (torch.arange(K)[None, :] < n.detach().to("cpu", torch.int64)[:, None]).to(torch.float64)
 
 
 def _row_story(case, b: int) -> str:
@@ -134,7 +137,7 @@ def check_values(got, case, *, device: str) -> None:
         diag = exc.diagnosis
         diag.details["first_rejection"] = list(case.plan)
         if diag.kind == "values":
-            pictures.attach(exc, acceptance(n, K), acceptance(exp_n, K), what="accepted drafts",
+            pictures.attach(exc, acceptance(n, K), acceptance(exp_n, K), what="accepted drafts (1 = accepted)",
                             axes=("B", "K"), rows="sequences", cols="positions")
             if not diag.misconception:
                 b = int((diag.details.get("index") or [0])[0])
