@@ -135,10 +135,6 @@ CANDIDATES = [
      "distribution after it, target_probs[b, K]", dict(bonus="last-target")),
 ]
 
-# Every id above, and which part of the contract it gets wrong; used by the suite's checks of exposure.
-N_CHANGING = ("ratio-inverted", "continued-after-rejection", "target-shifted", "all-accepted-counted-zero")
-
-
 def all_outcomes(draft_tokens, draft_probs, target_probs, uniforms) -> list[tuple[str, dict, tuple]]:
     """(id, knobs, (n_accepted, next_token)) of every known mistake on these inputs."""
     args = (draft_tokens, draft_probs, target_probs, uniforms)

@@ -63,8 +63,8 @@ class SpecCase:
         return [self.draft_tokens, self.draft_probs, self.target_probs, self.uniforms]
 
     def args(self, dtype: torch.dtype) -> list[torch.Tensor]:
-        """The arguments as the learner gets them: floats in ``dtype``, the tokens int64."""
-        return [t.to(dtype) if t.is_floating_point() else t.clone() for t in self.tensors()]
+        """The arguments as the learner gets them, as new tensors: floats in ``dtype``, the tokens int64."""
+        return [t.to(dtype, copy=True) if t.is_floating_point() else t.clone() for t in self.tensors()]
 
     def fresh(self) -> tuple:
         """Float64 copies, for the reference and the variants."""
