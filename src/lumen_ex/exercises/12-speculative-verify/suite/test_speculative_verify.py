@@ -304,11 +304,15 @@ def test_inputs_unchanged(submission, seed, device):
     for name, before, now in zip(PARAMS, sent, after):
         if (not isinstance(now, torch.Tensor) or now.shape != before.shape or now.dtype != before.dtype
                 or not torch.equal(now, before)):
+            if name in ("draft_probs", "target_probs"):
+                hint = ("Compute the residual out of place, torch.clamp(p - q, min=0) / its sum: sub_, clamp_, "
+                        f"div_, -= or /= on a slice of {name} write into the caller's tensor, which the serving "
+                        "loop still uses.")
+            else:
+                hint = (f"Leave {name} as it was given: an in-place edit of a slice (x[...] = , +=, add_) writes "
+                        "into the caller's tensor. Work on a copy, or out of place.")
             raise fail("side-effect", f"speculative_verify changed the caller's {name} in place",
-                       misconception="argument-mutated",
-                       hint="Compute the residual out of place, torch.clamp(p - q, min=0) / its sum: sub_, clamp_, "
-                            "div_, -= or /= on a slice of target_probs write into the caller's tensor, which the "
-                            "serving loop still uses.")
+                       misconception="argument-mutated", hint=hint)
 
 
 @pytest.mark.group("inputs")
