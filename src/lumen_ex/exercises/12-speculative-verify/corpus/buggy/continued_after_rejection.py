@@ -1,0 +1,18 @@
+# bug: counts every accepted draft with accepted.sum(-1), also the ones after the first rejection, and samples at that position
+# expect-kind: values
+# expect-misconception: continued-after-rejection
+import torch
+
+
+def speculative_verify(draft_tokens, draft_probs, target_probs, uniforms):
+    B, K, V = draft_probs.shape
+    x = draft_tokens.unsqueeze(-1)
+    ratio = target_probs[:, :K].gather(-1, x).squeeze(-1) / draft_probs.gather(-1, x).squeeze(-1)
+    accepted = uniforms[:, :K] <= ratio.clamp(max=1.0)
+    n_accepted = accepted.sum(dim=-1)
+    residual = (target_probs[:, :K] - draft_probs).clamp(min=0)
+    residual = residual / residual.sum(dim=-1, keepdim=True).clamp_min(1e-30)
+    dists = torch.cat([residual, target_probs[:, K:]], dim=1)
+    chosen = dists[torch.arange(B), n_accepted]
+    next_token = (chosen.cumsum(dim=-1) <= uniforms[:, K:]).sum(dim=-1).clamp(max=V - 1)
+    return n_accepted, next_token
