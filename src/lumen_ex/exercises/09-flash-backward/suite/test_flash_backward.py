@@ -375,10 +375,10 @@ def _long_case(seed: int, L: int, causal: bool):
     return cases.backward_case(seed, causal=causal, L_q=L, L_k=L, **MEMORY_SIZES)
 
 
-def _memory_readings(submission, seed: int, L: int, device: str) -> dict:
-    """The harness's MemoryUse of two calls at length ``L``: non-causal ("long") and causal. Fails
+def _memory_readings(submission, seed: int, long_cases, device: str) -> dict:
+    """The harness's MemoryUse of two calls on ``long_cases`` (non-causal "long", then causal). Fails
     closed (a grader error, never a pass) when nothing could measure one of them."""
-    plain, causal = cases.both_cases(seed, L_q=L, L_k=L, **MEMORY_SIZES)
+    plain, causal = long_cases
     used = {"long": _measured(submission, plain, seed, device), "causal": _measured(submission, causal, seed, device)}
     if any(u is None or u.extra_bytes is None for u in used.values()):   # fail closed: never a silent pass
         readings = {k: (u.to_dict() if u is not None else None) for k, u in used.items()}
@@ -409,9 +409,11 @@ def test_memory_linear_in_length(submission, seed):
     # In a fresh worker, on the CPU: the baseline is what torch alone holds, not what earlier tests
     # loaded; and the harness measures host memory.
     submission.fresh_worker()
+    # The long inputs (their forwards in float64) are made while the fresh worker starts.
+    counted = _long_case(seed, COUNTED_L, True)
+    long_cases = cases.both_cases(seed, L_q=MEMORY_L, L_k=MEMORY_L, **MEMORY_SIZES)
     # 1. The work counter (the worker's: a hint that can only fail): no intermediate of O(L^2) elements.
-    result = check_rows(submission, _long_case(seed, COUNTED_L, True), seed, device=device,
-                        block_size=COUNTED_BLOCK, count_ops=True)
+    result = check_rows(submission, counted, seed, device=device, block_size=COUNTED_BLOCK, count_ops=True)
     ops = result.ops or {}
     largest, shape = int(ops.get("largest", 0)), list(ops.get("largest_shape") or [])
     if largest >= COUNTED_L * COUNTED_L // 4:
@@ -424,11 +426,12 @@ def test_memory_linear_in_length(submission, seed):
     #    included) over each call, beyond what it held at start. Over the budget at L = 4096, the
     #    same calls at 8192 decide; a failure's details give the growth from 4096 ("short").
     L = MEMORY_L
-    used = _memory_readings(submission, seed, L, device)
+    used = _memory_readings(submission, seed, long_cases, device)
     over = _over_budget(used, L)
     if over:
         L = CONFIRM_L
-        used = {**_memory_readings(submission, seed, L, device), "short": used["long"]}
+        confirm = cases.both_cases(seed, L_q=L, L_k=L, **MEMORY_SIZES)
+        used = {**_memory_readings(submission, seed, confirm, device), "short": used["long"]}
         over = _over_budget(used, L)
     budget = _budget(L)
     readings = {k: (u.to_dict() if u is not None else None) for k, u in used.items()}
