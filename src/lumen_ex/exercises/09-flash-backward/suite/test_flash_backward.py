@@ -69,7 +69,9 @@ SAMPLED_ROWS = 32     # the query rows (for dq) and key rows (for dk, dv) a long
 # The work counter's view at a smaller length: no intermediate may hold a quarter of an L x L matrix
 # (block_size 128: all query rows against one key block stay an eighth of it).
 COUNTED_L, COUNTED_BLOCK = 1024, 128
-SHORT_L = 256         # the values at this length are checked first (a wrong file fails fast)
+# The values of a short causal call are checked first (a wrong file fails fast, before a fresh
+# worker): L_q = 200 and L_k = 300 at block_size 128, both with a shorter last block, rectangular.
+SHORT_SIZES = {"L_q": 200, "L_k": 300}
 LONG_TOL = Tolerance(1e-4, 1e-4)
 # Cost: L = 512 in 8 blocks of 64 on each axis, blocks aligned at 0; causal needs 36 of the 64 block
 # pairs. The budget is the ideal count (the non-causal count times 36/64) plus half of the waste of
@@ -404,8 +406,8 @@ def test_memory_linear_in_length(submission, seed):
     device = "cpu"
     # 0. The values at a short length first: code whose values are wrong fails here in milliseconds,
     #    before a fresh worker and the long calls are paid for (they check values too).
-    check_grads(submission, _long_case(seed, SHORT_L, True), block_size=COUNTED_BLOCK, device=device,
-                tol=LONG_TOL, named=False)
+    short = cases.backward_case(seed, causal=True, **{**MEMORY_SIZES, **SHORT_SIZES})
+    check_grads(submission, short, block_size=COUNTED_BLOCK, device=device, tol=LONG_TOL, named=False)
     # In a fresh worker, on the CPU: the baseline is what torch alone holds, not what earlier tests
     # loaded; and the harness measures host memory.
     submission.fresh_worker()
