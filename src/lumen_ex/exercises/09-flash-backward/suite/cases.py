@@ -7,6 +7,7 @@ Also the float64 truth of a long call on a few sampled rows, without any whole m
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -112,9 +113,15 @@ def backward_case(seed: int, *, causal: bool = False, batch_axes=("B", "H"), bou
     return BackwardCase(q, k, att.v, d_out, causal, dict(att.sizes), tuple(batch_axes))
 
 
+@functools.lru_cache(maxsize=8)
 def both_cases(seed: int, **sizes: int) -> tuple[BackwardCase, BackwardCase]:
     """The non-causal and the causal case of the same q, k, v, d_out (a long test calls both), their
-    forwards computed in one pass."""
+    forwards computed in one pass.
+
+    Kept for the next call with the same seed and sizes (a function of them alone): a grading
+    process runs the suite again for every file of a class with one seed (src/lumen_ex/harness/kept_session.py),
+    and the float64 forward at L = 4096 is most of this test's own work. Nothing writes into them:
+    the learner gets copies through the sandbox's pipe, and the suite only reads them."""
     one = backward_case(seed, causal=False, **sizes)
     fwd = forward_both(one.q, one.k, one.v)
     plain, causal = (BackwardCase(one.q, one.k, one.v, one.d_out, c, one.sizes, one.batch_axes, *fwd[c])

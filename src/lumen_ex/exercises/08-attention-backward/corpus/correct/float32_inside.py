@@ -1,3 +1,4 @@
+# expect-note: test_dtype[float64]
 """Everything in float32, then cast back to the inputs' dtype (as mixed-precision code does)."""
 
 import math

@@ -1,3 +1,4 @@
+# expect-note: test_dtype[float64]
 # Computes the attention in float32 whatever the inputs' dtype, as llama does, and casts back.
 import math
 

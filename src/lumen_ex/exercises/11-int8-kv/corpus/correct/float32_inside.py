@@ -1,3 +1,4 @@
+# expect-note: test_dtype[float64]
 # Quantizes and attends in float32 whatever the inputs' dtype, and casts the scales and the output back.
 import math
 
