@@ -149,4 +149,4 @@ def picture(failure, which: int, got: torch.Tensor, case: BackwardCase, tol: Tol
         mine = (mine * root).transpose(-2, -1) if which == 1 else mine * root
     # Solving amplifies the learner's rounding: cells are marked different at 10x the tolerance.
     return pictures.attach(failure, mine, right, what=what, axes=(*case.batch_axes, "L_q", "L_k"),
-                           atol=10 * tol.atol, rtol=10 * tol.rtol)
+                           atol=10 * tol.atol, rtol=10 * tol.rtol, kind="weights" if which == 2 else "gradient")

@@ -122,7 +122,8 @@ def slot_picture(diag, got_cache: torch.Tensor, case, which: int) -> None:
         for t, value in contents.items():
             if expect.separation(g[:, :, j], value, tol) <= 1.0:
                 yours[t, j] = True
-    pictures.attach(diag, yours, expected, what=f"{name}, the token each slot holds", axes=("token", "slot"), rows="tokens", cols="keys")
+    pictures.attach(diag, yours, expected, what=f"{name}, the token each slot holds", axes=("token", "slot"),
+                    rows="tokens", cols="slots")
 
 
 def occupied(t: torch.Tensor, n_occ: int) -> torch.Tensor:
