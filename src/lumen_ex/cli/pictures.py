@@ -28,6 +28,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
 from lumen_ex.core.untrusted import one_line
+from lumen_ex.feedback.pictures.png import payload_word
 from lumen_ex.feedback.shapes import shape_columns
 
 # What a picture's rows and columns are (the payload's "rows" and "cols", docs/result-schema.md): the
@@ -40,32 +41,23 @@ VALUES: dict[object, str] = {"angles": "angle, radians"}     # what the shades m
 GENERIC_KINDS = ("weights", "mask")      # kinds whose shades are weights
 
 
-def _word(value: object) -> str | None:
-    """A payload's own name for its rows, columns or values: a short plain word, else None."""
-    if isinstance(value, str) and 0 < len(value) <= 24 and value.replace("_", " ").replace(" ", "").isalpha():
-        return value.replace("_", " ")
-    return None
-
-
 def _singular(word: str) -> str:
     return word[:-1] if word.endswith("s") and len(word) > 1 else word
 
 
 def row_words(p: dict) -> tuple[str, str, str]:
     """(plural, label prefix, singular) of the picture's rows: "queries", "q", "query" by default."""
-    key = p.get("rows")
-    if key in ROWS:
-        return ROWS[key]
-    word = _word(key)
+    if p.get("rows") in ROWS:
+        return ROWS[p["rows"]]
+    word = payload_word(p, "rows")
     return (word, word[:1], _singular(word)) if word else ROWS["queries"]
 
 
 def col_words(p: dict) -> tuple[str, str]:
     """(plural, singular) of the picture's columns: "keys", "key" by default."""
-    key = p.get("cols")
-    if key in COLS:
-        return COLS[key]
-    word = _word(key)
+    if p.get("cols") in COLS:
+        return COLS[p["cols"]]
+    word = payload_word(p, "cols")
     return (word, _singular(word)) if word else COLS["keys"]
 
 
@@ -74,7 +66,7 @@ def value_word(p: dict) -> str:
     kind = p.get("kind")
     if kind in VALUES:
         return VALUES[kind]
-    word = _word(kind)
+    word = payload_word(p, "kind")
     return _singular(word) if word and kind not in GENERIC_KINDS else "weight"
 
 

@@ -19,6 +19,7 @@ import re
 from lumen_ex.core.results import VALUE_KINDS, Diagnosis, RunResult, Status, TestResult, points
 from lumen_ex.core.untrusted import one_line, visible
 from lumen_ex.feedback.pictures import caption, data_url, picture
+from lumen_ex.feedback.pictures.png import payload_word
 from lumen_ex.feedback.shapes import shape_columns
 from lumen_ex.feedback.text import KIND_LABEL, mistake_evidence, where_line
 
@@ -76,8 +77,8 @@ def legend(test: TestResult) -> str:
     grid = payload.get("expected") if isinstance(payload, dict) else None
     n_rows = len(grid) if isinstance(grid, list) else 0
     n_cols = len(grid[0]) if isinstance(grid, list) and n_rows and isinstance(grid[0], list) else 0
-    rows = one_line(str(payload.get("rows") or "queries"))[:20]
-    cols = one_line(str(payload.get("cols") or "keys"))[:20]
+    rows = one_line(payload_word(payload, "rows") or "queries")
+    cols = one_line(payload_word(payload, "cols") or "keys")
     row_start, col_start = payload.get("row_start"), payload.get("col_start")
     first_row = row_start if type(row_start) is int else 0
     first_col = col_start if type(col_start) is int else 0

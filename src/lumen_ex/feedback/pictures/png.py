@@ -219,10 +219,18 @@ def heatmap_png(payload: dict) -> bytes:
     return encode_indexed(width, height, rows, [PALETTE[i] for i in used], text)
 
 
-def _label(payload: dict, key: str, default: str) -> str:
-    """What the rows or columns are ("queries", "tokens" ...): a short word from the payload, else ``default``."""
+def payload_word(payload: dict, key: str) -> str | None:
+    """A heatmap payload's own word for its rows, columns or values (``key``: "rows", "cols",
+    "kind"), such as "tokens" or "channels": a short word of letters only, else None. Every view
+    (this PNG, the terminal's src/lumen_ex/cli/pictures.py, the page's src/lumen_ex/feedback/web.py)
+    takes the same words."""
     value = payload.get(key)
-    return value if isinstance(value, str) and value.isalpha() and len(value) <= 20 else default
+    return value if isinstance(value, str) and value.isalpha() and len(value) <= 20 else None
+
+
+def _label(payload: dict, key: str, default: str) -> str:
+    """What the rows or columns are ("queries", "tokens" ...): the payload's word, else ``default``."""
+    return payload_word(payload, key) or default
 
 
 def _scanline(panels: list[bytes]) -> bytes:
