@@ -7,7 +7,8 @@ inputs, and a description of ``named_parameters()`` (src/lumen_ex/sandbox/inside
 module (a constructor that raises, a strict load that misses a name, a hook that raises, a forward
 that returns no tensor, thousands of parameters with huge names) is the submission's: a
 LearnerError or a value the suite judges, never an error of the grader. One forked bwrap worker
-serves the whole module, as one check's worker serves its tests.
+serves the whole module, as one check's worker serves its tests: under bwrap and in a docker
+grading slot.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import requires_bwrap
+from docker_support import docker_param
 
 from lumen_ex.harness.client import LearnerError, WorkerPool
 from lumen_ex.harness.module_calls import ModuleCall, checked_parameters
@@ -81,20 +82,29 @@ PROBE = textwrap.dedent('''
 CLASSES = ["Affine", "Many", "NoTensor", "HookRaises", "Unregistered"]
 
 
-@pytest.fixture(scope="module")
-def sub(forked_bwrap, tmp_path_factory):
-    if forked_bwrap is None:
+@pytest.fixture(scope="module", params=["bwrap", docker_param()])
+def sub(request, forked_bwrap, tmp_path_factory):
+    """The probe module behind a forked worker: bwrap's (the session's zygote), or one forked in a
+    docker grading slot, as `lumen-ex grade --sandbox docker` starts it."""
+    launcher = forked_bwrap
+    if request.param == "bwrap" and forked_bwrap is None:
         pytest.skip("bubblewrap unavailable")
+    if request.param == "docker":
+        from lumen_ex.sandbox import docker
+        from lumen_ex.sandbox.docker_slot import DockerSlotLauncher
+
+        launcher = DockerSlotLauncher(docker.probe()[1].ref)
     ws: Path = tmp_path_factory.mktemp("modules") / "ws"
     (ws / "probe").mkdir(parents=True)
     (ws / "probe" / "probe_mod.py").write_text(PROBE)
     spec = WorkerSpec(workspace=ws, module_dir=ws / "probe", device="cpu")
-    pool = WorkerPool(forked_bwrap, spec, module="probe_mod", functions=CLASSES, call_timeout=30.0)
+    pool = WorkerPool(launcher, spec, module="probe_mod", functions=CLASSES, call_timeout=30.0)
     yield LearnerModule(pool, "cpu", "probe_mod.py")
     pool.close()
+    if launcher is not forked_bwrap:
+        launcher.close()
 
 
-@requires_bwrap
 def test_a_module_is_built_loaded_called_and_differentiated(sub):
     gen = torch.Generator().manual_seed(0)
     lin = torch.nn.Linear(4, 5, bias=True).double()
@@ -119,7 +129,6 @@ def test_a_module_is_built_loaded_called_and_differentiated(sub):
         ("lin.weight", (5, 4), "float64"), ("lin.bias", (5,), "float64"), ("spare.weight", (5, 4), "float64")]
 
 
-@requires_bwrap
 def test_what_a_learners_module_raises_is_the_learners(sub):
     x = torch.zeros(2, 3)
     with pytest.raises(LearnerError) as raised:                     # a constructor refusing its sizes
@@ -137,7 +146,6 @@ def test_what_a_learners_module_raises_is_the_learners(sub):
     assert "Unexpected key" in raised.value.message
 
 
-@requires_bwrap
 def test_a_hostile_module_stays_within_the_bounds(sub):
     x = torch.ones(2, 3)
     result = sub.call("Many", (x,), module=ModuleCall(describe=True, param_grads=("p",)), grad_wrt=(0,),
