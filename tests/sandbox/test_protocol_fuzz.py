@@ -215,7 +215,8 @@ def call_reply(draw):
     refs = [{"$tensor": i, "device": "cpu", "pytype": "torch.Tensor", "requires_grad": False} for i in range(n)]
     header = {"id": 2, "ok": True, "elapsed": 0.01, "result": {"$tuple": refs},
               "grads": {"grads": {"$tuple": [{"$tensor": 0}]}},
-              "ops": {"total_elements": 6, "ops": 1, "largest": 6, "largest_op": "mm", "largest_shape": [2, 3]},
+              "ops": {"total_elements": 6, "ops": 1, "largest": 6, "largest_op": "mm", "largest_shape": [2, 3],
+                      "matmul_flops": 36},
               "args_after": {"$tuple": [{"$tensor": 0}]}, "tensors": specs}
     cut = None
     for field in draw(st.sets(st.sampled_from(MUTABLE), min_size=1, max_size=2)):

@@ -355,7 +355,8 @@ def _decode_grads(result: CallResult, grads: Any, tensors: list[torch.Tensor], n
 
 
 def _checked_ops(ops: Any) -> dict[str, Any]:
-    """The work counter's summary: counts as non-negative ints, the largest op's name and shape.
+    """The work counter's summary: counts as non-negative ints, the largest op's name and shape, the
+    matrix products' FLOPs (an int, or None where the worker sent none).
     ``ops``: the reply's field as the worker sent it (any JSON value), checked here before it is used."""
     _require(isinstance(ops, dict) and all(type(ops.get(k)) is int and ops[k] >= 0
                                            for k in ("total_elements", "ops", "largest")),
@@ -363,8 +364,11 @@ def _checked_ops(ops: Any) -> dict[str, Any]:
     shape = ops.get("largest_shape", [])
     _require(type(ops.get("largest_op", "")) is str and isinstance(shape, list) and len(shape) <= wire.MAX_DIMS
              and all(type(d) is int and d >= 0 for d in shape), "the work counter's summary is malformed")
+    flops = ops.get("matmul_flops")     # the FLOPs of the matrix products (work_counter.py); None when not sent
+    _require(flops is None or (type(flops) is int and flops >= 0), "the work counter's summary is malformed")
     return {"total_elements": ops["total_elements"], "ops": ops["ops"], "largest": ops["largest"],
-            "largest_op": wire.clean_text(ops.get("largest_op", ""), 100), "largest_shape": list(shape)}
+            "largest_op": wire.clean_text(ops.get("largest_op", ""), 100), "largest_shape": list(shape),
+            "matmul_flops": flops}
 
 
 def _require(ok: bool, what: str) -> None:

@@ -1,9 +1,11 @@
 """The worker's work counter: how much a learner's call computed, for a call request with
 ``"count_ops": true`` (the reply's ``ops``; src/lumen_ex/harness/proxy.py ``_checked_ops`` reads it).
 
-It counts the elements every tensor op produces, and the largest single intermediate, through a
-``TorchDispatchMode``: backend-agnostic, where FlopCounterMode misses CPU SDPA and
-broadcast-multiply-sum attention. It runs in the learner's process, which can patch it: its summary
+It counts the elements every tensor op produces, the largest single intermediate, and the
+floating-point operations of the matrix products (``matmul_flops``: 2·m·k·n for an (m, k) @ (k, n)
+product, whatever wrote it: ``@``, ``matmul``, ``einsum``, ``bmm``, ``linear`` all reach torch's
+``mm``/``bmm`` family below the dispatcher), through a ``TorchDispatchMode``: backend-agnostic,
+where FlopCounterMode misses CPU SDPA and broadcast-multiply-sum attention. It runs in the learner's process, which can patch it: its summary
 is a hint that can only fail a test, never pass one.
 
 Like every file of this folder it runs inside the sandbox (worker.py imports it from the folder
@@ -21,14 +23,31 @@ if TYPE_CHECKING:
     from torch.utils._python_dispatch import TorchDispatchMode
 
 
+# The matrix products torch's dispatcher sees (the ops ``@``, ``matmul``, ``einsum``, ``tensordot`` and
+# ``linear`` decompose into), and which of their arguments is the left factor: a product's FLOPs are
+# 2 x (elements of its result) x (the left factor's last axis, the one summed over); ``addbmm`` also
+# sums over the batch (its left factor's first axis).
+MATMUL_LEFT = {"mm": 0, "bmm": 0, "mv": 0, "dot": 0, "vdot": 0, "addmm": 1, "baddbmm": 1, "addmv": 1,
+               "addbmm": 1}
+
+
 class WorkCounter:
-    """Counts the elements every tensor op produces, and the largest single intermediate, while
-    entered (``with counter:``)."""
+    """Counts the elements every tensor op produces, the largest single intermediate, and the FLOPs
+    of the matrix products, while entered (``with counter:``)."""
 
     def __init__(self) -> None:
         self.mode = _counting_mode(self)
         self.total, self.ops, self.largest, self.largest_op = 0, 0, 0, ""
         self.largest_shape: list[int] = []
+        self.matmul_flops = 0
+
+    def record_product(self, op: str, args: tuple[Any, ...], out: torch.Tensor) -> None:
+        """Adds the FLOPs of one matrix product ``op`` (a name of MATMUL_LEFT) that returned ``out``."""
+        left = args[MATMUL_LEFT[op]] if len(args) > MATMUL_LEFT[op] else None
+        if not isinstance(left, torch.Tensor) or left.dim() == 0:
+            return
+        summed = left.shape[-1] * (left.shape[0] if op == "addbmm" else 1)
+        self.matmul_flops += 2 * out.numel() * summed
 
     def record(self, op: str, t: torch.Tensor) -> None:
         n = t.numel()
@@ -46,7 +65,8 @@ class WorkCounter:
 
     def summary(self) -> dict[str, int | str | list[int]]:
         return {"total_elements": self.total, "ops": self.ops, "largest": self.largest,
-                "largest_op": self.largest_op, "largest_shape": self.largest_shape}
+                "largest_op": self.largest_op, "largest_shape": self.largest_shape,
+                "matmul_flops": self.matmul_flops}
 
 
 def _counting_mode(counter: WorkCounter) -> TorchDispatchMode:
@@ -59,9 +79,12 @@ def _counting_mode(counter: WorkCounter) -> TorchDispatchMode:
         def __torch_dispatch__(self, func: Any, types: object, args: tuple[Any, ...] = (),
                                kwargs: dict[str, Any] | None = None) -> Any:
             result = func(*args, **(kwargs or {}))
+            name = str(func.overloadpacket.__name__)
             for t in result if isinstance(result, (tuple, list)) else (result,):
                 if isinstance(t, torch.Tensor):
-                    counter.record(str(func.overloadpacket.__name__), t)
+                    counter.record(name, t)
+            if name in MATMUL_LEFT and isinstance(result, torch.Tensor):
+                counter.record_product(name, args, result)
             return result
 
     return _Mode()  # type: ignore[no-untyped-call]  # (as above)
