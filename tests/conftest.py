@@ -202,7 +202,7 @@ CLOSE_SEEDS = (1, 2)
 def corpus_report() -> dict:
     """`lumen-ex dev check --format json` on the built-in pack (the installed command, run from /).
 
-    About 1,370 gradings (twelve exercises): four to five minutes on two cores, and the reason
+    About 1,230 gradings (twelve exercises): four to five minutes on two cores, and the reason
     tests/e2e/test_corpus.py and tests/e2e/test_seed_stability.py take more than 30 s: they grade
     every corpus file under 3 to 5 seeds, for every test that reads the report."""
     # Under bwrap's forked workers (or the unisolated mode where bwrap is missing), not docker: the docker

@@ -10,8 +10,8 @@ identical across the seeds:
   from the one ``lumen-ex dev check`` run of the whole test session (tests/conftest.py
   ``corpus_report``; one warm batch per seed, as ``lumen-ex grade`` grades a class). Every file is
   graded under the 3 seeds of CORPUS_SEEDS, and the files nearest the tolerance (the reference,
-  every correct file, every buggy file that fails by a small value difference) under the 2 of
-  CLOSE_SEEDS as well. The test below compares each file's per-seed verdicts from the report's
+  every correct file that used half a tolerance or more, every buggy file that fails by a small
+  value difference) under the 2 of CLOSE_SEEDS as well. The test below compares each file's per-seed verdicts from the report's
   entries (with dev check's ``verdict_differences``), and also requires dev check to list no
   seed-dependence problem;
 - the hostile attacks in tests/corpus/hostile, under bubblewrap with a new worker for every
@@ -40,6 +40,7 @@ from pathlib import Path
 import pytest
 from conftest import CLOSE_SEEDS, CORPUS, CORPUS_SEEDS, ROOT, bwrap_ok
 
+from lumen_ex.authoring.close_seeds import CLOSE_SHARE
 from lumen_ex.authoring.report import verdict_differences
 
 HOSTILE_SEEDS = (1, 1234, 2**31 - 1)
@@ -237,8 +238,12 @@ def test_every_corpus_file_gets_one_verdict_at_every_seed(corpus_report):
     few = {where: [r["seed"] for r in rs] for where, rs in runs.items() if len(rs) < len(CORPUS_SEEDS)}
     assert not few, f"graded under fewer than {len(CORPUS_SEEDS)} seeds: {few}"
     close = {where for where, rs in runs.items() if len(rs) >= len(CORPUS_SEEDS) + len(CLOSE_SEEDS)}
-    assert {w for w in runs if "/corpus/correct/" in w or w.endswith("/reference.py")} <= close, \
-        "every correct file and reference is graded under the close seeds too"
+    assert {w for w in runs if w.endswith("/reference.py")} <= close, "every reference is graded under the close seeds too"
+    # A correct file that used half a tolerance or more under one of the seeds is near the line between
+    # pass and fail: it gets the close seeds too (exercise 11's do: half-precision codes may be one off).
+    near = {w for w, rs in runs.items() if "/corpus/correct/" in w
+            and any((e.get("tolerance_used") or 0) >= CLOSE_SHARE for e in corpus_report["files"] if e["where"] == w)}
+    assert near and near <= close, f"correct files near the tolerance without the close seeds: {sorted(near - close)}"
     unstable = {where: p for where, rs in runs.items() if (p := flips(rs))}
     gradings = sum(len(rs) for rs in runs.values())
     print(f"\nseed stability: {len(runs)} files, {gradings} gradings ({len(close)} files under "

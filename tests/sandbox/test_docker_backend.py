@@ -162,7 +162,7 @@ def test_container_names_are_unique(tmp_path, monkeypatch):
 
 
 def _good_doc(seed: int = 7, status: Status = Status.PASS) -> dict:
-    tests = [Record("t.py::a", "a", "contract", Status.PASS, 1.0, 1.0),
+    tests = [Record("t.py::a", "a", "contract", Status.PASS, 1.0, 1.0, tolerance_used=0.25),
              Record("t.py::b", "b", "values", status, 0.0 if status is not Status.PASS else 2.0, 2.0,
                         message="m", diagnosis=None if status is Status.PASS else Diagnosis("values", "wrong"))]
     return RunResult(exercise=EX1.summary(), status=status, sandbox=SandboxInfo("docker", True, {"memory": "x"}, ""),
@@ -232,6 +232,10 @@ def _mutations():
         "versions not strings": set_(["versions"], {"torch": 2}),
         "huge message": set_(["message"], "x" * 100_000),
         "no tests but pass": lambda d: d.update(tests=[], score=0.0, max_score=0.0),
+        "tolerance used above 1": set_(["tests", 0, "tolerance_used"], 1.5),
+        "tolerance used negative": set_(["tests", 0, "tolerance_used"], -0.1),
+        "tolerance used as text": set_(["tests", 0, "tolerance_used"], "0.2"),
+        "tolerance used not finite": set_(["tests", 0, "tolerance_used"], float("inf")),
     }
 
 
@@ -240,6 +244,14 @@ def test_malformed_documents_are_rejected(name):
     doc = _good_doc()
     _mutations()[name](doc)
     with pytest.raises(DocumentError):
+        _parse(doc)
+
+
+def test_only_a_passing_test_says_how_much_tolerance_it_used():
+    doc = _good_doc(status=Status.FAIL)
+    _parse(doc)
+    doc["tests"][1]["tolerance_used"] = 0.5        # on the failing test
+    with pytest.raises(DocumentError, match="tolerance_used"):
         _parse(doc)
 
 

@@ -12,9 +12,11 @@ For every exercise of every pack given (default: the built-in pack), in this ord
    - the reference passes with full marks under every seed of ``seeds``, every scoring group used;
    - every corpus/correct file gets full marks; every corpus/buggy file fails, and its first failure
      has the kind, the named mistake and the test its header declares: under every seed of ``seeds``;
-   - the files nearest the tolerance are graded under ``close_seeds`` as well: every correct file
-     and the reference (a correct file's margin is its distance below the tolerance), and every
-     buggy file whose first failure is a value difference within ``CLOSE_RATIO`` times the tolerance;
+   - the files nearest the tolerance are graded under ``close_seeds`` as well
+     (src/lumen_ex/authoring/close_seeds.py): the reference, every correct file that used at least
+     ``CLOSE_SHARE`` of a tolerance under some seed (its tests' ``tolerance_used``: how near the line
+     between pass and fail it stayed), and every buggy file whose first failure is a value
+     difference within ``CLOSE_RATIO`` times the tolerance;
 4. same bytes, same verdict: a file's verdict (status, score, each test's status, the first
    failure's kind and mistake, the notes on passing tests) is identical under every seed it was
    graded with, else the seeds it differs between are a problem;
@@ -23,8 +25,8 @@ For every exercise of every pack given (default: the built-in pack), in this ord
 
 Every grading goes through a warm batch (``lumen-ex grade``'s grading processes, forked workers,
 kept pytest sessions): one for every file under every seed, each (file, seed) a student with a seed
-of its own (the reference and correct files under the close seeds too), then one for the close
-seeds of the buggy files near the tolerance; a pack of 300 files under 5 seeds costs minutes, not hours.
+of its own (the reference under the close seeds too), then one for the close seeds of the correct
+and buggy files near the tolerance; a pack of 300 files under 5 seeds costs minutes, not hours.
 
 The report counts the corpus verdicts; ``ok`` is False at the first problem (all are listed).
 """
@@ -36,6 +38,7 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from lumen_ex.authoring.close_seeds import ALWAYS_CLOSE, is_close, tolerance_used
 from lumen_ex.authoring.corpus import CorpusFile, corpus_files, did_you_mean, header_problems
 from lumen_ex.authoring.report import Report, verdict, verdict_differences
 from lumen_ex.classroom.batch_types import Finished, Progress
@@ -49,10 +52,6 @@ from lumen_ex.graders.support.mistakes import GENERIC_MISCONCEPTIONS
 
 DEFAULT_SEEDS = (1, 2, 3)
 DEFAULT_CLOSE_SEEDS = (4, 5)
-# A buggy file whose first failure is a value difference at most this many times the tolerance is
-# near the line between pass and fail: it gets the close seeds too.
-CLOSE_RATIO = 10.0
-ALWAYS_CLOSE = ("reference", "correct")     # what files get the close seeds whatever their verdicts
 
 
 def dev_check(roots: list[Path] | None = None, *, seeds: tuple[int, ...] = DEFAULT_SEEDS,
@@ -143,8 +142,8 @@ class _Case:
 
 def _grade_all(report: Report, *, sandbox: str, jobs: int, progress) -> None:
     """Grade every case under every seed (the stub under the first only: it fails whatever the
-    inputs), and the reference and correct files under the close seeds too, in one warm batch; then
-    the buggy files near the tolerance under the close seeds, in a second one."""
+    inputs), and the reference under the close seeds too, in one warm batch; then the correct and
+    buggy files near the tolerance under the close seeds, in a second one."""
     cases = []
     for ex in report.exercises:
         cases += [_Case(ex, "stub", ex.stub_path), _Case(ex, "reference", ex.reference_path)]
@@ -153,11 +152,10 @@ def _grade_all(report: Report, *, sandbox: str, jobs: int, progress) -> None:
     got: dict[str, list[RunResult | None]] = {}   # by case.student
     try:
         base = [(c, seed) for i, seed in enumerate(report.seeds) for c in cases if i == 0 or c.what != "stub"]
-        # the reference and the correct files are always close (_is_close): their close seeds need
-        # no first round, so a pack with no close buggy file is graded in one batch
+        # the reference is always close (close_seeds.py): its close seeds need no first round
         base += [(c, seed) for seed in report.close_seeds for c in cases if c.what in ALWAYS_CLOSE]
         _grade_round(report, scratch / "seeds", base, sandbox=sandbox, jobs=jobs, progress=progress, got=got)
-        close = [c for c in cases if c.what not in ALWAYS_CLOSE and _is_close(c, got.get(c.student, []))]
+        close = [c for c in cases if c.what not in ALWAYS_CLOSE and is_close(c.what, got.get(c.student, []))]
         _grade_round(report, scratch / "close-seeds", [(c, seed) for seed in report.close_seeds for c in close],
                      sandbox=sandbox, jobs=jobs, progress=progress, got=got)
     finally:
@@ -175,27 +173,6 @@ def _grade_round(report: Report, root: Path, batch: list[tuple[_Case, int]], *, 
         result = docs.get(_student(case, seed))
         got.setdefault(case.student, []).append(result)
         _judge(report, case, result, seed)
-
-
-def _is_close(case: _Case, results: list[RunResult | None]) -> bool:
-    """Is ``case`` near the line between pass and fail (so worth more seeds)? The reference and every
-    correct file are (their margin is how far below the tolerance they stay, which a verdict does not
-    show); a buggy file is when a first failure was a value difference of at most CLOSE_RATIO times
-    the tolerance at the worst value."""
-    if case.what in ALWAYS_CLOSE:
-        return True
-    if case.what != "buggy":
-        return False
-    for result in results:
-        first = result.first_failure if result is not None else None
-        d = first.diagnosis.details if first is not None and first.diagnosis is not None else {}
-        try:
-            allowed = float(d["atol"]) + float(d["rtol"]) * abs(float(d["expected_value"]))
-            if float(d["max_abs_error"]) <= CLOSE_RATIO * allowed:
-                return True
-        except (KeyError, TypeError, ValueError):
-            continue
-    return False
 
 
 def _same_verdict_at_every_seed(report: Report) -> None:
@@ -326,7 +303,8 @@ def _judge(report: Report, case: _Case, result: RunResult | None, seed: int) -> 
                          "what": case.what, "seed": seed,
                          "outcome": outcome, "ok": len(report.problems) == before,
                          "got": _describe(result) if result is not None else None,
-                         "verdict": verdict(result) if result is not None else None})
+                         "verdict": verdict(result) if result is not None else None,
+                         "tolerance_used": tolerance_used(result) if result is not None else None})
 
 
 def _where(case: _Case) -> str:

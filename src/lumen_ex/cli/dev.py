@@ -45,8 +45,8 @@ def new(directory: Path, slug: str, title: str, number: int | None, name: str | 
               help="Seeds every file is graded under: the reference and correct files must pass, buggy files fail "
                    "as declared, each with one verdict at every seed.")
 @click.option("--close-seeds", default="4,5", show_default=True,
-              help="More seeds for the files nearest the tolerance (the reference, correct files, buggy files "
-                   "that fail by a small value difference); '' for none.")
+              help="More seeds for the files nearest the tolerance (the reference, correct files that used half a "
+                   "tolerance or more, buggy files that fail by a small value difference); '' for none.")
 @sandbox_option()
 @click.option("--jobs", "-j", type=int, default=2, show_default=True, help="Gradings at once.")
 @click.option("--no-grade", is_flag=True, help="Only validate the manifests, files and headers.")

@@ -125,8 +125,13 @@ class TestResult:
     diagnosis: Diagnosis | None = None
     output: str = ""
     duration: float = 0.0
+    # The largest share of its tolerance any value comparison of this passing test used (an error of
+    # 0 is 0.0, an error at the tolerance 1.0), None where it compared no values: how near the line
+    # between pass and fail the submission stayed (``lumen-ex dev check`` gives the nearest files more seeds).
+    tolerance_used: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        extra = {} if self.tolerance_used is None else {"tolerance_used": round(self.tolerance_used, 4)}
         return {
             "id": self.id,
             "name": self.name,
@@ -138,6 +143,7 @@ class TestResult:
             "diagnosis": self.diagnosis.to_dict() if self.diagnosis else None,
             "output": self.output,
             "duration": round(self.duration, 4),
+            **extra,
         }
 
     @classmethod
@@ -146,7 +152,8 @@ class TestResult:
         return cls(id=data["id"], name=data["name"], group=data["group"], status=Status(data["status"]),
                    score=data["score"], max_score=data["max_score"], message=data["message"],
                    diagnosis=Diagnosis.from_dict(diag) if diag else None,
-                   output=data.get("output", ""), duration=data.get("duration", 0.0))
+                   output=data.get("output", ""), duration=data.get("duration", 0.0),
+                   tolerance_used=data.get("tolerance_used"))
 
 
 # Diagnoses that compared values with the reference: the tests a named mistake is counted over.
@@ -274,6 +281,7 @@ class RunResult:
 # per test (src/lumen_ex/harness/plugin.py) and shows them as the passing test's message. Only the trusted grading
 # process calls these: the learner's code runs in the worker and cannot reach them.
 _NOTES: list[str] = []
+_SHARES: list[float] = []       # tolerance_share: what the running test's passing comparisons used
 
 
 def note(text: str) -> None:
@@ -290,6 +298,20 @@ def take_notes() -> list[str]:
     """The notes left since the last call, and forget them."""
     taken = list(_NOTES)
     _NOTES.clear()
+    return taken
+
+
+def tolerance_share(share: float) -> None:
+    """Record that a value comparison of the hidden test now running passed using ``share`` of its
+    tolerance (src/lumen_ex/graders/support/expect.py ``values``); the test's result keeps the largest."""
+    if share == share:        # never NaN
+        _SHARES.append(min(max(share, 0.0), 1.0))
+
+
+def take_tolerance_share() -> float | None:
+    """The largest share recorded since the last call (None when none was), and forget them."""
+    taken = max(_SHARES, default=None)
+    _SHARES.clear()
     return taken
 
 

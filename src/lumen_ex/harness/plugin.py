@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, cast
 import pytest
 
 from lumen_ex.core.catalog import Exercise
-from lumen_ex.core.results import CheckFailed, Diagnosis, Status, TestResult, take_notes
+from lumen_ex.core.results import CheckFailed, Diagnosis, Status, TestResult, take_notes, take_tolerance_share
 from lumen_ex.harness.client import ImportFailed, LearnerError, WorkerFailure
 from lumen_ex.harness.float32_cause import float32_cause
 from lumen_ex.harness.proxy import LearnerModule
@@ -99,6 +99,7 @@ class GradingPlugin:
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         self.learner.outputs.clear()
         take_notes()   # a note left outside a test belongs to none
+        take_tolerance_share()
         self._started = time.perf_counter()
 
     @pytest.hookimpl(hookwrapper=True)
@@ -124,6 +125,11 @@ class GradingPlugin:
         notes = take_notes()
         if notes and record.status is Status.PASS and not record.message:
             record.message = " ".join(notes)   # a passing test's remark (src/lumen_ex/core/results.py note)
+        share = take_tolerance_share()
+        if record.status is Status.PASS and share is not None:
+            record.tolerance_used = max(share, record.tolerance_used or 0.0)
+        elif record.status is not Status.PASS:
+            record.tolerance_used = None       # only a passing test says how near the line it stayed
         record.output = _cap("".join(o for o in self.learner.outputs if o))
         record.duration = time.perf_counter() - self._started
 

@@ -27,6 +27,7 @@ TEST_STATUSES = tuple(s.value for s in Status)
 TOP_KEYS = {"schema_version", "exercise", "status", "score", "max_score", "duration", "message",
             "sandbox", "device", "seed", "versions", "tests"}
 TEST_KEYS = {"id", "name", "group", "status", "score", "max_score", "message", "diagnosis", "output", "duration"}
+TEST_OPTIONAL_KEYS = {"tolerance_used"}
 DIAGNOSIS_KEYS = {"kind", "summary", "expected", "got", "details", "misconception", "hint"}
 OPTIONAL_TOP_KEYS = {"misconceptions", "source"}
 MISCONCEPTION_KEYS = {"id", "sentence", "matched", "of", "max_error"}
@@ -144,12 +145,16 @@ def _misconceptions(entries: Any) -> None:
 
 
 def _test(data: Any, where: str) -> None:
-    test = _object(data, where, TEST_KEYS, TEST_KEYS)
+    test = _object(data, where, TEST_KEYS, TEST_KEYS | TEST_OPTIONAL_KEYS)
     for key in ("id", "name", "group", "message", "output"):
         _text(test[key], f"{where}.{key}")
     _enum(test["status"], f"{where}.status", TEST_STATUSES)
     for key in ("score", "max_score", "duration"):
         _number(test[key], f"{where}.{key}")
+    if "tolerance_used" in test:
+        _number(test["tolerance_used"], f"{where}.tolerance_used")
+        if test["tolerance_used"] > 1 or test["status"] != "pass":
+            raise DocumentError(f"{where}.tolerance_used must be at most 1, on a passing test")
     if test["score"] > test["max_score"] + 1e-6:
         raise DocumentError(f"{where} scores {test['score']} of {test['max_score']}")
     if test["status"] != "pass" and test["score"] > 0:

@@ -5,9 +5,8 @@ checked shape first (with axis names), then dtype, then device, then NaN/inf, th
 first failing check is the one reported, because it explains the ones after it.
 
 The suites use every name through this module (``expect.X``): the tolerances and the distance in
-tolerances are in src/lumen_ex/graders/support/tolerances.py, the naming of mistakes (variants,
-dtype mistakes, recognised exceptions) in src/lumen_ex/graders/support/mistakes.py, and both are
-re-exported here.
+tolerances are in src/lumen_ex/graders/support/tolerances.py, the naming of mistakes (variants, dtype
+mistakes, recognised exceptions) in src/lumen_ex/graders/support/mistakes.py, both re-exported here.
 
 Example (exercise 2's suite: an exception of the learner's code that a rule recognises is named)::
 
@@ -22,7 +21,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from lumen_ex.core.results import CheckFailed, Diagnosis, note
+from lumen_ex.core.results import CheckFailed, Diagnosis, note, tolerance_share
 from lumen_ex.feedback.pictures import heatmap as pictures
 from lumen_ex.graders.support.mistakes import (  # noqa: F401 (re-exported for the suites)
     COMMON_EXCEPTIONS,
@@ -326,7 +325,8 @@ def values(got: torch.Tensor, expected: torch.Tensor, *, what: str, axes: Sequen
     err = (g - e).abs()
     allowed = tol.atol + tol.rtol * e.abs()
     wrong = err > allowed
-    if not bool(wrong.any()):
+    if not bool(wrong.any()):     # passed: how much of the tolerance it used (core/results.py tolerance_share)
+        tolerance_share(float((err / allowed).nan_to_num(0.0).max()) if err.numel() else 0.0)
         return
     flat = int(torch.argmax(torch.where(wrong, err, torch.zeros_like(err))))
     idx = pictures.unravel(flat, g.shape)
