@@ -358,3 +358,27 @@ def test_pictures_use_colour_only_to_repeat_the_characters():
 def test_a_malformed_payload_draws_nothing(broken):
     assert _plain(Heatmap(broken)).strip() == ""
     assert shape_diagram("2", [2], ["B"], ["B"]) == []
+
+
+def test_a_masks_own_word_for_true_in_every_view():
+    """Exercise 10's slot picture is a mask whose True means "this slot holds this token", not "may
+    attend": the suite's word ("held") is the legend of the terminal and of the page; a word that is
+    not one short word falls back to "may attend", and a picture of numbers carries none."""
+    from lumen_ex.core.results import Status
+    from lumen_ex.core.results import TestResult as Record
+    from lumen_ex.feedback.web import legend
+
+    e = torch.eye(3, dtype=torch.bool)
+    g = e.clone()
+    g[1] = torch.tensor([True, False, False])
+    for on, terminal, page in [("held", "■ True (held)   · False (not held)", "filled: held (True), white with a dot: not held (False)"),
+                               ("held here!", "■ True (may attend)   · False (masked)", "filled: may attend (True)"),
+                               (None, "■ True (may attend)   · False (masked)", "filled: may attend (True)")]:
+        payload = pictures.heatmap(g, e, what="k_cache", axes=("token", "slot"), atol=0, rtol=0, rows="tokens",
+                                   cols="slots", on=on)
+        assert payload is not None and payload.get("on") == on
+        assert terminal in _plain(Heatmap(payload))
+        record = Record("t.py::a", "a", "cache", Status.FAIL, diagnosis=Diagnosis("values", "s", details={"heatmap": payload}))
+        assert page in legend(record)
+    numbers = pictures.heatmap(torch.ones(2, 2), torch.zeros(2, 2), what="w", axes=("L_q", "L_k"), on="held")
+    assert numbers is not None and "on" not in numbers

@@ -82,8 +82,9 @@ def legend(test: TestResult) -> str:
     row_start, col_start = payload.get("row_start"), payload.get("col_start")
     first_row = row_start if type(row_start) is int else 0
     first_col = col_start if type(col_start) is int else 0
-    kind = payload.get("kind")
-    shades = ("filled: may attend (True), white with a dot: masked (False)" if kind == "mask"
+    kind, on = payload.get("kind"), payload_word(payload, "on")
+    shades = ((f"filled: {on} (True), white with a dot: not {on} (False)" if on
+               else "filled: may attend (True), white with a dot: masked (False)") if kind == "mask"
               else "white with a dot: exactly 0, light to dark blue: small to large")
     return one_line(f"rows: {rows} {first_row} to {first_row + n_rows - 1}, top to bottom; columns: {cols} "
                     f"{first_col} to {first_col + n_cols - 1}, left to right. {shades}; red frame: yours differs; "

@@ -57,7 +57,8 @@ def wants(axes: Sequence[str], value: torch.Tensor) -> bool:
 
 def heatmap(got: torch.Tensor, expected: torch.Tensor, *, what: str, axes: Sequence[str],
             atol: float = 1e-5, rtol: float = 1e-5, wrong: torch.Tensor | None = None,
-            rows: str = "queries", cols: str = "keys", kind: str | None = None) -> dict | None:
+            rows: str = "queries", cols: str = "keys", kind: str | None = None,
+            on: str | None = None) -> dict | None:
     """The payload for one (L_q, L_k) slice of ``got`` against ``expected``; None when the shapes
     differ, the tensors are not matrices, or no cell differs.
 
@@ -65,7 +66,8 @@ def heatmap(got: torch.Tensor, expected: torch.Tensor, *, what: str, axes: Seque
     rather than atol/rtol on the values drawn (exercise 4 draws the rotation angle of each pair and
     marks the pairs whose values failed). ``rows``, ``cols``, ``kind``: what the picture shows, for
     the views (docs/result-schema.md): queries x keys of weights or a mask by default, tokens x
-    pairs of "angles" for exercise 4."""
+    pairs of "angles" for exercise 4. ``on``: what a mask's True cell means, one word ("held":
+    exercise 10's slots), where it is not "may attend"."""
     if not isinstance(got, torch.Tensor) or got.dim() < 2 or tuple(got.shape) != tuple(expected.shape):
         return None
     is_mask = got.dtype == torch.bool or expected.dtype == torch.bool
@@ -114,6 +116,8 @@ def heatmap(got: torch.Tensor, expected: torch.Tensor, *, what: str, axes: Seque
         "worst": [r, c],
         "mismatched": int(ws.sum()),
     }
+    if on is not None and is_mask:
+        payload["on"] = on
     payload["png_base64"] = base64.b64encode(heatmap_png(payload)).decode("ascii")
     return payload
 
@@ -122,7 +126,7 @@ def attach(failure: CheckFailed | Diagnosis, got, expected: torch.Tensor, *, wha
            atol: float = 1e-5, rtol: float = 1e-5, **shown):
     """Add the heatmap of ``got`` against ``expected`` to a failure's diagnosis (unless it has one);
     returns ``failure``, so a test can ``raise pictures.attach(fail(...), ...)``. ``shown``: the
-    optional ``wrong``, ``rows``, ``cols`` and ``kind`` of :func:`heatmap`."""
+    optional ``wrong``, ``rows``, ``cols``, ``kind`` and ``on`` of :func:`heatmap`."""
     diag = failure.diagnosis if isinstance(failure, CheckFailed) else failure
     if "heatmap" not in diag.details:
         try:

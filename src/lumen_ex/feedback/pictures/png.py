@@ -220,8 +220,8 @@ def heatmap_png(payload: dict) -> bytes:
 
 
 def payload_word(payload: dict, key: str) -> str | None:
-    """A heatmap payload's own word for its rows, columns or values (``key``: "rows", "cols",
-    "kind"), such as "tokens" or "channels": a short word of letters only, else None. Every view
+    """A heatmap payload's own word for its rows, columns, values or a mask's True (``key``: "rows",
+    "cols", "kind", "on"), such as "tokens" or "channels": a short word of letters only, else None. Every view
     (this PNG, the terminal's src/lumen_ex/cli/pictures.py, the page's src/lumen_ex/feedback/web.py)
     takes the same words."""
     value = payload.get(key)

@@ -123,7 +123,7 @@ def slot_picture(diag, got_cache: torch.Tensor, case, which: int) -> None:
             if expect.separation(g[:, :, j], value, tol) <= 1.0:
                 yours[t, j] = True
     pictures.attach(diag, yours, expected, what=f"{name}, the token each slot holds", axes=("token", "slot"),
-                    rows="tokens", cols="slots")
+                    rows="tokens", cols="slots", on="held")
 
 
 def occupied(t: torch.Tensor, n_occ: int) -> torch.Tensor:
