@@ -126,10 +126,10 @@ class GradingPlugin:
         if notes and record.status is Status.PASS and not record.message:
             record.message = " ".join(notes)   # a passing test's remark (src/lumen_ex/core/results.py note)
         share = take_tolerance_share()
-        if record.status is Status.PASS and share is not None:
-            record.tolerance_used = max(share, record.tolerance_used or 0.0)
-        elif record.status is not Status.PASS:
+        if record.status is not Status.PASS:
             record.tolerance_used = None       # only a passing test says how near the line it stayed
+        elif share is not None:
+            record.tolerance_used = max(share, record.tolerance_used or 0.0)
         record.output = _cap("".join(o for o in self.learner.outputs if o))
         record.duration = time.perf_counter() - self._started
 
