@@ -253,6 +253,21 @@ def test_a_forbidden_call_is_named_by_its_short_name(grade):
                                                       "is not allowed in this exercise")
 
 
+@pytest.mark.slow
+def test_a_forbidden_name_that_is_never_called_is_named_where_the_source_has_it(grade):
+    """Exercise 8's README refuses every attribute named ``grad``: reading ``q.grad`` calls nothing, so
+    the feedback says which line names it, not that torch.autograd.grad was called."""
+    source = REFERENCES["attention_backward"].read_text()
+    head, sep, body = source.partition("def attention_backward(")
+    signature_end = body.index(":\n") + 2
+    line = (head + sep + body[:signature_end]).count("\n") + 1
+    edited = head + sep + body[:signature_end] + "    assert q.grad is None\n" + body[signature_end:]
+    first = grade(8, edited).first_failure
+    assert first.diagnosis.kind == "forbidden" and first.diagnosis.misconception == "forbidden-api"
+    assert first.diagnosis.summary == (f"implement it yourself; line {line} reads .grad, and no name of torch.autograd.grad "
+                                       "is allowed in this exercise"), first.diagnosis.summary
+
+
 # -------------------------------------------------------------------------------------------------
 # Forbidden APIs found in the source, by the harness (the worker's record can be erased)
 

@@ -143,6 +143,23 @@ def test_the_graded_function_may_be_named_like_the_library_one():
     assert scan(source, "scaled_dot_product_attention") == ([], [])
 
 
+def test_a_name_only_read_is_told_apart_from_a_call():
+    """``q.grad`` shares torch.autograd.grad's name without calling it: the scan refuses it all the
+    same (exercise 8), and says where it is only read, so the feedback does not claim a call."""
+    forbidden = catalog.load().find(8).forbidden
+    api = "torch.autograd.grad"
+    read = SourceScan("def f(q):\n    return q.grad is None\n", forbidden)
+    assert read.reached_from("f") == [api]
+    found = read.read_only("f", api)
+    assert found is not None and (found.line, found.why) == (2, "reads .grad")
+    for called in ("import torch\ndef f(q):\n    return torch.autograd.grad(q, q)\n",
+                   "from torch.autograd import grad\ndef f(q):\n    return q.grad is None and grad(q, q)\n",
+                   "def f(q):\n    return q.grad.zero_()\n", "def f(q):\n    return q.grad()\n"):
+        scanned = SourceScan(called, forbidden)
+        assert scanned.reached_from("f") == [api], called
+        assert scanned.read_only("f", api) is None, called
+
+
 def test_the_file_is_decoded_as_python_decodes_it():
     """A coding cookie changes what the interpreter reads: the scan reads the same."""
     hidden = "# coding: utf-7\nimport torch\n# +AAo-from torch.nn.functional import scaled_dot_product_attention as f\n"

@@ -292,8 +292,11 @@ class LearnerModule:
         hints = {api.name: api.hint for api in self._pool.forbidden if api.hint}
         hint = next((hints[n] for n in forbidden if n in hints),
                     "Write it yourself from the operations the exercise's README shows.")
+        read = None if claimed or self._scan is None else self._scan.read_only(fn, forbidden[0])
+        what = (f"line {read.line} {read.why}, and no name of {short_api_name(read.api)} is allowed in this exercise"
+                if read else f"calling {listed} is not allowed in this exercise")    # q.grad calls nothing
         raise CheckFailed(Diagnosis(
-            "forbidden", f"implement it yourself; calling {listed} is not allowed in this exercise",
+            "forbidden", f"implement it yourself; {what}",
             got=names, details={"function": fn}, misconception="forbidden-api", hint=hint))
 
     @staticmethod

@@ -37,10 +37,12 @@ class NodeChecks:
     modules: dict[str, str]         # name -> the module it is bound to, or came from
     strict: set[str]                # names bound to a module itself (not a value)
     bases: set[int]                 # nodes used as `x` in x.attr or x(...)
+    called: set[int]                # nodes used as `f` in f(...)
 
     def _check(self, node: ast.AST) -> list[Finding]:
         if isinstance(node, ast.Attribute):
-            return self._attribute(node.value, node.attr, getattr(node, "lineno", 0)) + self._escapes(node)
+            read = id(node) not in self.bases and id(node) not in self.called   # q.grad, not q.grad() nor q.grad.x
+            return self._attribute(node.value, node.attr, getattr(node, "lineno", 0), read) + self._escapes(node)
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             return self._import(node)
         if isinstance(node, ast.Call):
@@ -49,11 +51,11 @@ class NodeChecks:
             return self._name(node) + self._escapes(node)
         return []
 
-    def _attribute(self, base: ast.AST, attr: str, line: int) -> list[Finding]:
-        """``base.attr`` (written out, or as getattr(base, "attr"))."""
+    def _attribute(self, base: ast.AST, attr: str, line: int, read: bool = False) -> list[Finding]:
+        """``base.attr`` (written out, or as getattr(base, "attr")); ``read``: only read, not called."""
         root = self._root_name(base)
         if attr in self.names and not (root in self.own and root not in self.modules):
-            return [Finding(self.names[attr], f"refers to {attr}", line)]
+            return [Finding(self.names[attr], f"reads .{attr}" if read else f"refers to {attr}", line, read)]
         if is_dunder(attr) and attr not in DUNDERS_ALLOWED:
             return [Finding("", f"line {line} reads .{attr}, which reaches objects by names the grader "
                                 "cannot follow", line)]

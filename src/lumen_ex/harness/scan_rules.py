@@ -10,6 +10,8 @@ here: src/lumen_ex/core/forbidden.py.
 from __future__ import annotations
 
 import ast
+import contextlib
+import importlib
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -87,6 +89,7 @@ class Finding:
     api: str
     why: str
     line: int = 0
+    read: bool = False      # the API's name as an attribute only read here (``q.grad``), not called
 
 
 def forbidden_names(forbidden: Iterable[forbidden_data.ForbiddenAPI | str]) -> dict[str, str]:
@@ -126,7 +129,13 @@ def why_denied(attr: str) -> str:
 
 
 def is_module(path: str) -> bool:
-    """Whether a dotted path names a module (or torch.ops, a namespace of operators), not a value."""
+    """Whether a dotted path names a module (or torch.ops, a namespace of operators), not a value.
+    Its allowed library is imported first (the harness has torch already), so that the answer does
+    not depend on whether this process happened to import it before the scan."""
+    top = path.split(".")[0]
+    if top in ALLOWED_MODULES and top not in sys.modules:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(top)
     return path in sys.modules or path.split(".")[:2] == ["torch", "ops"] or path in ALLOWED_MODULES
 
 

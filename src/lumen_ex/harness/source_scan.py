@@ -102,6 +102,7 @@ class SourceScan(NodeChecks):
         self.modules: dict[str, str] = {}                # name -> the module it is bound to, or came from
         self.strict: set[str] = set()                    # names bound to a module itself (not a value)
         self.bases: set[int] = set()                     # nodes used as `x` in x.attr or x(...)
+        self.called: set[int] = set()                    # nodes used as `f` in f(...)
         self.roots: list[ast.AST] = []                   # what runs when the module is imported
         self.imports: list[ast.Import | ast.ImportFrom] = []              # module-level imports (run at import too)
         self._index()
@@ -128,6 +129,7 @@ class SourceScan(NodeChecks):
                 self.bases.add(id(node.value))
             elif isinstance(node, ast.Call):
                 self.bases.add(id(node.func))
+                self.called.add(id(node.func))
                 if is_getattr(node) or (isinstance(node.func, ast.Name) and node.func.id == "hasattr"
                                          and len(node.args) >= 2):
                     self.bases.add(id(node.args[0]))     # getattr(F, "softmax"): checked by _call
@@ -225,6 +227,12 @@ class SourceScan(NodeChecks):
         """The code reached from ``function`` that the scan cannot follow."""
         return [f for f in self.findings(function) if not f.api]
 
+    def read_only(self, function: str, api: str) -> Finding | None:
+        """Where ``function`` names ``api``, when every place is an attribute only read (``q.grad``
+        for torch.autograd.grad), never called or imported; None otherwise."""
+        found = [f for f in self.findings(function) if f.api == api]
+        return found[0] if found and all(f.read for f in found) else None
+
     def _scan_from(self, function: str) -> list[Finding]:
         clock = _Clock(SCAN_SECONDS)
         found: list[Finding] = self._definition_problems(function)
@@ -276,6 +284,9 @@ class RefusedScan:
 
     def reached_from(self, function: str) -> list[str]:
         return []
+
+    def read_only(self, function: str, api: str) -> Finding | None:
+        return None
 
     def unverifiable(self, function: str) -> list[Finding]:
         return self.findings(function)
