@@ -29,6 +29,8 @@ def test_validator_finds_real_problems(tmp_path):
     (root / "03-orphan").mkdir()
     manifest = root / "02-kv-cache" / "exercise.toml"
     manifest.write_text(manifest.read_text().replace('slug = "kv-cache"', 'slug = "Bad Slug"'))
+    later = root / "05-flash-attention" / "exercise.toml"
+    later.write_text(later.read_text().replace("builds_on = [1]", "builds_on = [1, 9]"))
     pack = catalog.read_pack(root)
     problems = "\n".join(catalog.validate(catalog.load_pack(root)) + catalog.unlisted_folders(pack))
     assert "needs TODO markers" in problems
@@ -37,9 +39,25 @@ def test_validator_finds_real_problems(tmp_path):
     assert "exercises/03-orphan is not listed in pack.toml" in problems
     assert "notes.txt is not part of an exercise" in problems
     assert "slug must match" in problems
+    assert "builds_on = 9 names no earlier exercise" in problems
     manifest.write_text(manifest.read_text().replace("number = 2", "number = 1"))
     with pytest.raises(CatalogError, match="share 1"):
         catalog.load_pack(root)
+
+
+def test_the_workspace_readme_says_what_builds_on_what_from_the_manifests(tmp_path):
+    """`lumen-ex init`'s README lists every file in one aligned column and the order of the
+    exercises from their ``builds_on`` (exercise.toml), not from a list in the code."""
+    from lumen_ex.core.workspace import Workspace
+
+    readme = (Workspace.create(tmp_path / "ws", catalog.load()).root / "README.md").read_text()
+    listing = readme.split("```\n")[1].splitlines()
+    assert [line.split()[0] for line in listing[:2]] == ["README.md", "lumen-ex.toml"]
+    assert len(listing) == 3 + 2 * len(EXERCISES) and listing[-1].startswith(".lumen-ex/")
+    assert len({len(line) - len(line[len(line.split()[0]):].lstrip()) for line in listing}) == 1, listing
+    built = [f"{ex.number} on {' and '.join(map(str, ex.builds_on))}" for ex in EXERCISES if ex.builds_on]
+    assert "3 on 1 and 2" in built and "9 on 5 and 8" in built
+    assert "(exercise " + ", ".join(built) + ")" in readme.replace("\n", " ")
 
 
 @pytest.mark.parametrize("key", ["1", "01", "attention", "01-attention", " Attention "])

@@ -53,6 +53,7 @@ class Exercise:
     hint_for: dict[str, int] = field(default_factory=dict)
     # scoring group -> Gradescope test visibility (VISIBILITIES); groups not listed are "visible"
     visibility: dict[str, str] = field(default_factory=dict)
+    builds_on: tuple[int, ...] = ()  # the earlier exercises whose code or ideas it reuses (the workspace README says so)
     root: Path = field(default_factory=Path, compare=False)   # its folder: PACK/<dir>
     pack: str = "lumen-ex"                                      # the pack's name@version
     builtin: bool = True
@@ -206,6 +207,7 @@ def _exercise(entry: dict[str, Any], folder: str, pack: Pack) -> Exercise:
         hints=tuple(entry.get("hints", ())),
         hint_for={str(k): int(v) - 1 for k, v in entry.get("hint_for", {}).items()},
         visibility={str(k): str(v) for k, v in entry.get("visibility", {}).items()},
+        builds_on=tuple(int(n) for n in entry.get("builds_on", ())),
         root=pack.root / folder,
         pack=pack.label,
         builtin=pack.builtin,
@@ -249,6 +251,10 @@ def validate(catalog: Catalog) -> list[str]:
             if group not in ex.points or seen not in VISIBILITIES:
                 problems.append(f"{where}: visibility of {group!r} must name a scoring group and be one of "
                                 f"{', '.join(VISIBILITIES)}")
+        numbers = {other.number for other in catalog.exercises}
+        for earlier in ex.builds_on:
+            if earlier >= ex.number or earlier not in numbers:
+                problems.append(f"{where}: builds_on = {earlier} names no earlier exercise of the catalogue")
         for api in ex.forbidden:
             problems += [f"{where}: {p}" for p in forbidden_apis.problems(api)]
         problems += [f"{where}: {p}" for p in unlisted_files(ex)]

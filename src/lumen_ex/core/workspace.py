@@ -27,6 +27,15 @@ MARKER = "lumen-ex.toml"
 STATE_DIR = ".lumen-ex"
 
 
+def _order(catalog: Catalog) -> str:
+    """How the exercises build on each other, from their manifests' ``builds_on`` (in the README's
+    "Start with ..." sentence)."""
+    built = [f"{ex.number} on {' and '.join(map(str, ex.builds_on))}" for ex in catalog.exercises if ex.builds_on]
+    if not built:
+        return ", then go in order"
+    return ": later exercises build on earlier ones\n(exercise " + ", ".join(built) + ")"
+
+
 @dataclass
 class Workspace:
     root: Path
@@ -50,15 +59,16 @@ class Workspace:
                              "Choose a new folder name, or empty it first")
         root = exercises_root()
         target.mkdir(parents=True, exist_ok=True)
-        listing = "\n".join(f"{line:<29} {what}" for ex in catalog.exercises
-                            for line, what in ((f"{ex.dir}/README.md", f"exercise {ex.number}: {ex.title}"),
-                                               (ex.path, "... the file you edit")))
-        builtin = {ex.number for ex in catalog.exercises if ex.builtin}
-        order = (": each exercise builds on the ones before it\n(exercise 2 on 1, 3 on both, 6 on 2; 5 on 1)"
-                 if builtin >= set(range(1, 7)) else ", then go in order")
+        rows = [("README.md", "this file"), ("lumen-ex.toml", "marks this folder as a workspace (leave it here)"),
+                *((line, what) for ex in catalog.exercises
+                  for line, what in ((f"{ex.dir}/README.md", f"exercise {ex.number}: {ex.title}"),
+                                     (ex.path, "... the file you edit"))),
+                (".lumen-ex/", "your progress: best scores, hints seen (written by lumen-ex)")]
+        width = max(len(line) for line, _ in rows)
+        listing = "\n".join(f"{line:<{width}}  {what}" for line, what in rows)
         first = catalog.exercises[0].dir if catalog.exercises else ""
         (target / "README.md").write_text((root / "WORKSPACE.md").read_text().replace("@EXERCISES@", listing)
-                                          .replace("@FIRST@", first).replace("@ORDER@", order))
+                                          .replace("@FIRST@", first).replace("@ORDER@", _order(catalog)))
         for ex in catalog.exercises:
             (target / ex.dir).mkdir()
             for name in (ex.file, "README.md"):   # from the exercise's own pack
