@@ -58,6 +58,10 @@ def test_the_workspace_readme_says_what_builds_on_what_from_the_manifests(tmp_pa
     built = [f"{ex.number} on {' and '.join(map(str, ex.builds_on))}" for ex in EXERCISES if ex.builds_on]
     assert "3 on 1 and 2" in built and "9 on 5 and 8" in built
     assert "(exercise " + ", ".join(built) + ")" in readme.replace("\n", " ")
+    # A workspace of some exercises only names none that it does not hold.
+    some = catalog.Catalog("v", tuple(ex for ex in EXERCISES if ex.number in (2, 3, 9)))
+    readme = (Workspace.create(tmp_path / "some", some).root / "README.md").read_text()
+    assert "(exercise 3 on 2)" in readme and "9 on" not in readme
 
 
 @pytest.mark.parametrize("key", ["1", "01", "attention", "01-attention", " Attention "])

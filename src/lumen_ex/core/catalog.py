@@ -251,10 +251,10 @@ def validate(catalog: Catalog) -> list[str]:
             if group not in ex.points or seen not in VISIBILITIES:
                 problems.append(f"{where}: visibility of {group!r} must name a scoring group and be one of "
                                 f"{', '.join(VISIBILITIES)}")
-        numbers = {other.number for other in catalog.exercises}
-        for earlier in ex.builds_on:
-            if earlier >= ex.number or earlier not in numbers:
-                problems.append(f"{where}: builds_on = {earlier} names no earlier exercise of the catalogue")
+        for earlier in ex.builds_on:     # (checked by number: `-e N` may leave the earlier one out)
+            if not 1 <= earlier < ex.number:
+                problems.append(f"{where}: builds_on = {earlier} names no earlier exercise: give numbers "
+                                f"from 1 to {ex.number - 1}")
         for api in ex.forbidden:
             problems += [f"{where}: {p}" for p in forbidden_apis.problems(api)]
         problems += [f"{where}: {p}" for p in unlisted_files(ex)]

@@ -30,7 +30,9 @@ STATE_DIR = ".lumen-ex"
 def _order(catalog: Catalog) -> str:
     """How the exercises build on each other, from their manifests' ``builds_on`` (in the README's
     "Start with ..." sentence)."""
-    built = [f"{ex.number} on {' and '.join(map(str, ex.builds_on))}" for ex in catalog.exercises if ex.builds_on]
+    here = {ex.number for ex in catalog.exercises}          # a workspace may hold some exercises only
+    built = [f"{ex.number} on {' and '.join(map(str, earlier))}" for ex in catalog.exercises
+             if (earlier := [n for n in ex.builds_on if n in here])]
     if not built:
         return ", then go in order"
     return ": later exercises build on earlier ones\n(exercise " + ", ".join(built) + ")"

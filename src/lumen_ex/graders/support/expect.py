@@ -228,7 +228,7 @@ def tensors(items: Sequence[Expected], *, sizes: dict[str, int], dtype: torch.dt
         if where.split(":")[0] != device.split(":")[0]:
             raise fail("device", f"{it.what} is on {where}; the inputs were on {device}",
                        expected=device, got=where,
-                       hint="Create new tensors with device=q.device (or torch.zeros_like and friends).")
+                       hint="Create new tensors on an input's device (device=q.device, x.device) or with torch.zeros_like.")
     if device == "meta":     # a meta tensor has a shape, a dtype and a device, and no values to compare
         return
     for it in items:

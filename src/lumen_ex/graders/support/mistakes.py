@@ -92,7 +92,8 @@ COMMON_EXCEPTIONS = [
      "-1e9 overflows): fill with float('-inf'), or torch.finfo(scores.dtype).min", _fill_overflows),
     ("new-tensor-device", "a tensor your code creates is not on the inputs' device (torch.zeros(...), "
      "torch.ones(...), torch.tensor(...) and torch.arange(...) are on the CPU unless told otherwise): create it "
-     "with device=q.device, or use torch.zeros_like / torch.ones_like", _other_device),
+     "on an input's device (device=q.device, or x.device: whichever input you have), or use torch.zeros_like / "
+     "torch.ones_like", _other_device),
 ]
 
 
