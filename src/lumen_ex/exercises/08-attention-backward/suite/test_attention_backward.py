@@ -170,8 +170,10 @@ def test_shift_invariance(submission, seed, device):
     if not drift <= 1e-4:                      # NaN fails too
         raise fail("property", f"dk summed over the keys is {drift:.3g} somewhere, not 0: adding one vector to "
                    "every key changes no softmax, so it cannot change the loss", expected=0.0, got=drift,
-                   hint="The row term of the softmax's backward makes every row of dS sum to 0: "
-                        "dS = P * (dP - (dP * P).sum(dim=-1, keepdim=True)).")
+                   hint="Every row of dS must sum to 0, and two things make it so: the softmax's row term, "
+                        "dS = P * (dP - (dP * P).sum(dim=-1, keepdim=True)), and P itself normalised over "
+                        "the keys (a softmax over the last axis, each row of P summing to 1): "
+                        "rowsum(dS) = rowsum(P * dP) * (1 - rowsum(P)).")
     gap = float((dv.sum(dim=-2) - case.d_out.sum(dim=-2)).abs().max())
     if not gap <= 1e-4:
         raise fail("property", f"dv summed over the keys differs from d_out summed over the queries by {gap:.3g}: "
