@@ -227,7 +227,7 @@ def hostile_record() -> RunResult:
         Case("t.py::b", f"shape {PAYLOAD}", "shapes", Status.FAIL, 0, 1, message=shape.summary,
                    diagnosis=shape, output=OSC52),
         Case("t.py::c", "ok", "contract", Status.PASS, 1, 1, output=PAYLOAD),
-        # an error row is the first failure every view leads with (core/results.py explanatory_rank)
+        # an error row is the first failure every view leads with (core/explaining.py explanatory_rank)
         Case("t.py::d", "err", "contract", Status.ERROR, 0, 1, message=PAYLOAD, output=PAYLOAD + "\n````\n" + PAYLOAD),
     ]
     return RunResult(exercise=EX1.summary(), status=Status.FAIL, sandbox=SandboxInfo("bwrap", False, note=PAYLOAD),

@@ -39,7 +39,7 @@ from lumen_ex.classroom.late import SOURCES, assess_class, duration_text, iso
 from lumen_ex.classroom.store import load_class, load_document, result_path, submission_info
 from lumen_ex.core import scores
 from lumen_ex.core.catalog import Exercise
-from lumen_ex.core.results import most_explanatory
+from lumen_ex.core.explaining import most_explanatory, ranked_mistake
 from lumen_ex.core.untrusted import csv_cell
 
 PSEUDO_TESTS = ("grader", "submission", "file")   # stand-ins for a check that did not run its tests
@@ -157,8 +157,9 @@ def misconceptions_of(doc: dict) -> dict[str, str]:
 def first_failure(ex: Exercise, doc: dict) -> str:
     """'01-attention/attention.py: values match the reference [4d]: values: ... (misconception: no-scale)'."""
     tests = [t for t in doc.get("tests", []) if isinstance(t, dict)]
+    explaining = {m["id"] for m in doc.get("misconceptions") or [] if isinstance(m, dict) and isinstance(m.get("id"), str)}
     test = most_explanatory(tests, lambda t: (t.get("status"), (t.get("diagnosis") or {}).get("kind"),
-                                              (t.get("diagnosis") or {}).get("misconception")))
+                                              ranked_mistake(t.get("diagnosis") or {}, explaining)))
     if test is None:
         return f"{ex.path}: {doc.get('message', '')}"
     diag = test.get("diagnosis") or {}

@@ -22,7 +22,8 @@ from rich.table import Table
 from rich.text import Text
 
 from lumen_ex.cli.pictures import Heatmap, shape_diagram
-from lumen_ex.core.results import VALUE_KINDS, Diagnosis, RunResult, Status, TestResult, points
+from lumen_ex.core.explaining import VALUE_KINDS
+from lumen_ex.core.results import Diagnosis, RunResult, Status, TestResult, points
 from lumen_ex.core.untrusted import one_line, visible
 from lumen_ex.feedback.text import KIND_LABEL, mistake_evidence, where_line
 

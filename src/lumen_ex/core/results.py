@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypeVar
+from typing import Any
+
+from lumen_ex.core.explaining import most_explanatory, ranked_mistake, summarise_misconceptions
 
 SCHEMA_VERSION = "1"
 
@@ -47,49 +48,6 @@ DIAGNOSIS_KINDS = (
     "protocol",      # the worker sent something that is not a valid reply
     "grader",        # the grader itself failed: never the learner's fault
 )
-
-
-# The first failure every view shows is the one that explains the most, not the first in the suite:
-# lower rank first, ties in the suite's order (docs/result-schema.md, "The first failure").
-CONTRACT_KINDS = ("file", "import", "missing", "signature", "forbidden", "arity", "type",
-                  "timeout", "crash", "protocol", "grader")   # nothing else can be judged until these are fixed
-DETAIL_KINDS = ("dtype", "device")                            # a detail beside a conceptual mistake
-# A result in a lower precision than asked explains the value and property differences it causes.
-CAUSES_OTHERS = ("dtype-downcast",)
-
-
-def explanatory_rank(status: str | None, kind: str | None, misconception: str | None) -> int:
-    """0 the contract itself (the file, the call, a hang), 1 a side effect on the caller's tensors
-    (it spoils what other tests see), 2 a named mistake (a dtype detail only when it causes others),
-    3 a shape or an exception the learner's code raised (one is often the other's consequence: a
-    wrong shape meets the gradient check, a mask that raises leaves a later output misshapen; the
-    suite's order decides), 5 a property or NaN, 6 an unnamed value difference, 7 a dtype or device detail."""
-    if kind is None or kind in CONTRACT_KINDS or status in ("error", "timeout"):
-        return 0
-    if kind == "side-effect":
-        return 1
-    if kind in DETAIL_KINDS:
-        return 2 if misconception in CAUSES_OTHERS else 7
-    if misconception:
-        return 2
-    return {"shape": 3, "exception": 3, "property": 5, "nonfinite": 5}.get(kind, 6)
-
-
-_T = TypeVar("_T")
-
-
-def most_explanatory(tests: Iterable[_T], key: Callable[[_T], tuple[str | None, str | None, str | None]]) -> _T | None:
-    """The failed test of ``tests`` that explains the most (:func:`explanatory_rank`), or None;
-    ``key(test)`` gives its (status, kind, misconception)."""
-    best, best_rank = None, None
-    for test in tests:
-        status, kind, misconception = key(test)
-        if status in ("pass", "skipped"):
-            continue
-        rank = explanatory_rank(status, kind, misconception)
-        if best_rank is None or rank < best_rank:
-            best, best_rank = test, rank
-    return best
 
 
 @dataclass
@@ -156,54 +114,6 @@ class TestResult:
                    tolerance_used=data.get("tolerance_used"))
 
 
-# Diagnoses that compared values with the reference: the tests a named mistake is counted over.
-VALUE_KINDS = ("values", "nonfinite")
-FLOAT64_EVIDENCE = 1e-9      # the match tolerance of float64 values (src/lumen_ex/graders/support/expect.py)
-
-
-def summarise_misconceptions(tests: list[TestResult]) -> list[dict[str, Any]]:
-    """The mistakes named by value comparisons across a run that explain it: each matched more
-    than half of the run's failing value tests (at most one can), the most consistent first.
-
-    Each entry: ``id``; ``sentence`` (what the output equals and what to do); ``matched``, the number
-    of value tests (tests whose values differed from the reference) that named it; ``of``, the number
-    of value tests that could show it (it was among the mistakes compared there: one that gives the
-    reference's answer on a test's input, or that a test does not look for, cannot be seen there);
-    ``max_error``, its largest deviation from the learner's values over the tests that named it;
-    ``max_error_float64`` (only when some of them compared float64 values, matched at 1e-9), the
-    largest over those: the strongest evidence, since lower precisions match at their own tolerance.
-    """
-    # The diagnoses of the value tests, one per test.
-    value_diags = [t.diagnosis for t in tests if t.diagnosis is not None and t.diagnosis.kind in VALUE_KINDS]
-    found: dict[str, dict[str, Any]] = {}
-    for d in value_diags:
-        if not d.misconception:
-            continue
-        entry = found.setdefault(d.misconception, {
-            "id": d.misconception, "sentence": str(d.details.get("misconception_sentence") or d.hint or d.misconception),
-            "matched": 0, "of": sum(1 for v in value_diags if _could_show(v, d.misconception)),
-            "max_error": 0.0})
-        entry["matched"] += 1
-        err = d.details.get("variant_max_error")
-        if isinstance(err, (int, float)) and err == err:
-            entry["max_error"] = max(entry["max_error"], float(err))
-            tol = d.details.get("variant_tolerance")
-            if isinstance(tol, (int, float)) and tol <= FLOAT64_EVIDENCE:
-                entry["max_error_float64"] = max(entry.get("max_error_float64", 0.0), float(err))
-    # A likely mistake explains the run: it is named only when it matched most of the failing value
-    # tests (more than half). One that matched 1 of 10 explains nothing; the test that matched it
-    # shows it as what was seen there (src/lumen_ex/cli/render.py), without a guess for the run.
-    explaining = [e for e in found.values() if 2 * e["matched"] > len(value_diags)]
-    return sorted(explaining, key=lambda e: (-e["matched"], e["max_error"], e["id"]))
-
-
-def _could_show(diag: Diagnosis, misconception: str) -> bool:
-    """Whether a value test compared the learner's values with this mistake (documents without
-    ``variants_compared`` predate it: every value test counts)."""
-    compared = diag.details.get("variants_compared")
-    return not isinstance(compared, list) or misconception in compared or diag.misconception == misconception
-
-
 @dataclass
 class SandboxInfo:
     backend: str                          # "bwrap" | "docker" | "none"
@@ -232,14 +142,15 @@ class RunResult:
 
     @property
     def misconceptions(self) -> list[dict[str, Any]]:
-        """The run-level summary of named mistakes (:func:`summarise_misconceptions`), from the tests."""
+        """The run-level summary of named mistakes (core/explaining.py), from the tests."""
         return summarise_misconceptions(self.tests)
 
     @property
     def first_failure(self) -> TestResult | None:
-        """The failure shown first: the one that explains the most (:func:`explanatory_rank`)."""
+        """The failure shown first: the one that explains the most (core/explaining.py)."""
+        explaining = {e["id"] for e in self.misconceptions}
         return most_explanatory(self.tests, lambda t: (t.status.value, t.diagnosis.kind if t.diagnosis else None,
-                                                        t.diagnosis.misconception if t.diagnosis else None))
+                                                        ranked_mistake(t.diagnosis, explaining)))
 
     def exit_code(self) -> int:
         """0 all passed, 1 a test failed, 3 the grader itself could not run."""

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import re
 
-from lumen_ex.core.results import VALUE_KINDS, Diagnosis, RunResult, Status, TestResult, points
+from lumen_ex.core.explaining import VALUE_KINDS
+from lumen_ex.core.results import Diagnosis, RunResult, Status, TestResult, points
 from lumen_ex.core.untrusted import one_line, visible
 from lumen_ex.feedback.pictures import caption, data_url, picture
 from lumen_ex.feedback.pictures.png import payload_word
