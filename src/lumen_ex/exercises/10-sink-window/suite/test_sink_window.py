@@ -221,15 +221,26 @@ def test_attends_sinks_and_window(submission, seed, device):
     dtype = torch.float32
     k_cache = torch.zeros(B, H_kv, C, d, dtype=dtype)
     v_cache = torch.zeros_like(k_cache)
+    ref_k, ref_v = torch.zeros(B, H_kv, C, d, dtype=torch.float64), torch.zeros(B, H_kv, C, d, dtype=torch.float64)
     names = {"B": B, "H": H, "H_kv": H_kv, "C": C, "d": d, "L": L}
     outs = []
     for t in range(L):
+        case = cases.StepCase(q[:, :, t], k[:, :, t], v[:, :, t], ref_k, ref_v, t, n_sink, window,
+                              {"B": B, "H": H, "H_kv": H_kv, "d": d})
+        (_, ref_k, ref_v), variants_of = expected_step(case)
         args = [q[:, :, t].to(dtype), k[:, :, t].to(dtype), v[:, :, t].to(dtype), k_cache, v_cache, t, n_sink, window]
         _, (out, k_cache, v_cache) = decode(submission, args, device=device)
         try:
             expect.shape(out, (B, H, d), what="out_t", axes=OUT_AXES, sizes=names)
             expect.shape(k_cache, (B, H_kv, C, d), what="k_cache", axes=CACHE_AXES, sizes=names)
             expect.shape(v_cache, (B, H_kv, C, d), what="v_cache", axes=CACHE_AXES, sizes=names)
+            # The caches first, as everywhere: out_t reads as weights only when the values are right.
+            n = case.n_occ
+            with diagnosed(case, (out, k_cache, v_cache)):
+                expect.tensors([
+                    Expected(occupied(k_cache, n), ref_k[:, :, :n], f"k_cache[:, :, :{n}]", OCC_AXES, variants_of(K_CACHE)),
+                    Expected(occupied(v_cache, n), ref_v[:, :, :n], f"v_cache[:, :, :{n}]", OCC_AXES, variants_of(V_CACHE)),
+                ], sizes=case.axis_sizes(), dtype=dtype, device=device)
         except CheckFailed as exc:
             raise _prefixed(exc, f"decoding step {t}", t) from None
         outs.append(out)
