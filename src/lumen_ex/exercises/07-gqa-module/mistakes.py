@@ -27,7 +27,7 @@ def _split(t, n: int, d_head: int, split: str):
 
 def forward(x, state, n_heads: int, n_kv_heads: int, causal: bool = True, *, expand: str = "interleave",
             split: str = "right", scale: float | None = None, mask: str | None = None, fill: str = "-inf",
-            o_proj: bool = True):
+            o_proj: bool = True, merge: str = "right"):
     """The module's forward pass in float64 with one knob turned. ``state``: the four weights by their
     state_dict names (nn.Linear layout, (out, in)).
 
@@ -35,7 +35,8 @@ def forward(x, state, n_heads: int, n_kv_heads: int, causal: bool = True, *, exp
     split: "right" or "wrong" (heads split with view(B, n, L, d_head)).
     mask: None (causal when ``causal``, none otherwise), "none", "causal" or "no-diagonal" (token i sees
     0..i-1); fill: "-inf" or "min" (a finite fill: a row with nothing to see averages every value).
-    o_proj: False returns the merged heads without the output projection."""
+    o_proj: False returns the merged heads without the output projection.
+    merge: "right" or "wrong" (the heads merged by reshape(B, L, H * d_head) without the transpose back)."""
     x = x.to(torch.float64)
     w = {k: v.to(torch.float64) for k, v in state.items()}
     B, L, d_model = x.shape
@@ -57,7 +58,8 @@ def forward(x, state, n_heads: int, n_kv_heads: int, causal: bool = True, *, exp
         value = float("-inf") if fill == "-inf" else torch.finfo(torch.float64).min
         scores = scores.masked_fill(~seen, value)
     out = torch.softmax(scores, dim=-1) @ v                             # (B, H, L, d_head)
-    out = out.transpose(1, 2).reshape(B, L, n_heads * d_head)           # (B, L, H * d_head)
+    out = out.transpose(1, 2) if merge == "right" else out              # (B, L, H, d_head), or scrambled
+    out = out.reshape(B, L, n_heads * d_head)                           # (B, L, H * d_head)
     return out @ w["o_proj.weight"].T if o_proj else out                # (B, L, d_model)
 
 
@@ -69,6 +71,10 @@ CANDIDATES = [
     ("heads-split-wrong-order", "your output equals attention with the projections split into heads by "
      "view(B, n_heads, L, d_head)", "the last axis holds each token's heads side by side: view(B, L, n_heads, "
      "d_head), then .transpose(1, 2) to (B, n_heads, L, d_head)", dict(split="wrong"), lambda h, kv, c: True),
+    ("heads-merged-wrong-order", "your output equals attention whose heads were merged by reshape(B, L, "
+     "n_heads * d_head) straight from (B, n_heads, L, d_head), without the transpose back",
+     "bring each token's heads side by side first: out.transpose(1, 2).reshape(B, L, n_heads * d_head)",
+     dict(merge="wrong"), lambda h, kv, c: h > 1),
     ("scale-1/sqrt(d_model)", "your output equals attention scaled by 1/sqrt(d_model)",
      "the scale uses the width of one head: 1 / sqrt(d_head), d_head = d_model // n_heads",
      dict(scale="d_model"), lambda h, kv, c: h > 1),
@@ -113,6 +119,7 @@ CATALOGUE: dict[str, str] = {
     "gqa-repeat": "GQA heads expanded with repeat instead of repeat_interleave",
     "heads-split-wrong-order": "heads split with view(B, n_heads, L, d_head) instead of view(B, L, n_heads, "
                                "d_head).transpose(1, 2)",
+    "heads-merged-wrong-order": "heads merged with reshape(B, L, n_heads * d_head) without transpose(1, 2) back",
     "scale-1/sqrt(d_model)": "scores scaled by 1/sqrt(d_model) instead of 1/sqrt(d_head)",
     "causal-mask-missing": "no causal mask even with causal=True",
     "causal-flag-ignored": "the causal flag ignored: the mask applied with causal=False too",
