@@ -108,14 +108,18 @@ def cache_variants(old, x_new, got=None, *, which: str = "codes", what: str = "y
 
 
 def attend(q_t, k_q, k_scale, v_q, v_scale, *, k_scaled=True, v_scaled=True, quantize_query=False,
-           expand="interleave"):
-    """out_t (B, H, d) in float64 from the grown caches (codes and scales as given), one knob turned."""
+           expand="interleave", new_raw=None):
+    """out_t (B, H, d) in float64 from the grown caches (codes and scales as given), one knob turned.
+    new_raw: (k_t, v_t), attended in place of the new token's dequantized entries."""
     q = q_t.to(torch.float64)
     if quantize_query:
         codes, scale, _, _ = quantize(q)
         q = codes * scale                                                      # (B, H, d)
     k = k_q.to(torch.float64) * (k_scale.to(torch.float64) if k_scaled else 1.0)   # (B, H_kv, T + 1, d)
     v = v_q.to(torch.float64) * (v_scale.to(torch.float64) if v_scaled else 1.0)
+    if new_raw is not None:                                                    # the last slot is the new token
+        k, v = k.clone(), v.clone()
+        k[:, :, -1], v[:, :, -1] = (t.to(torch.float64) for t in new_raw)
     group = q.shape[1] // k.shape[1]
     if expand == "interleave":
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)   # (B, H, T + 1, d)
@@ -135,20 +139,25 @@ OUT_CANDIDATES = [
      "multiplied by v_scale", "dequantize the values too: v = v_q.to(q_t.dtype) * v_scale", dict(v_scaled=False)),
     ("query-quantized", "your out_t equals attention with the query quantized to int8 and back as well",
      "only the cache is stored in int8; the query is used once and stays in full precision", dict(quantize_query=True)),
+    ("new-token-attended-raw", "your out_t equals attention over the cached tokens dequantized but the new "
+     "token's raw k_t and v_t, not the int8 entries you appended for it",
+     "attend over the grown caches only, the new token's entries dequantized like the others: the next step "
+     "will only have those", dict(new_raw=True)),
     ("gqa-repeat", "your out_t equals grouped-query attention with the KV heads tiled (repeat) instead of grouped",
      "query head h reads KV head h // (H // H_kv): repeat_interleave(H // H_kv, dim=1), not repeat",
      dict(expand="repeat")),
 ]
 
 
-def out_variants(q_t, k_q, k_scale, v_q, v_scale) -> list[Variant]:
+def out_variants(q_t, k_q, k_scale, v_q, v_scale, new=None) -> list[Variant]:
     """Wrong out_t, computed from the caches the learner returned (so a quantization mistake, already
-    charged to the caches, is not charged here again)."""
+    charged to the caches, is not charged here again); ``new``: the step's (k_t, v_t)."""
     H, H_kv = q_t.shape[1], k_q.shape[1]
     found = []
     for ident, sentence, fix, knobs in OUT_CANDIDATES:
-        if ident == "gqa-repeat" and not 1 < H_kv < H:
+        if (ident == "gqa-repeat" and not 1 < H_kv < H) or (ident == "new-token-attended-raw" and new is None):
             continue
+        knobs = dict(knobs, new_raw=new) if "new_raw" in knobs else knobs
         found.append(Variant(ident, sentence, attend(q_t, k_q, k_scale, v_q, v_scale, **knobs), fix))
     return found
 
@@ -171,6 +180,7 @@ CATALOGUE: dict[str, str] = {
     "new-token-cast-without-scale": "the new token's key or value cast to int8 without dividing by its scale",
     "dequant-without-scale": "attention over the raw int8 codes, never multiplied by their scales",
     "query-quantized": "the query quantized to int8 and back too",
+    "new-token-attended-raw": "the new token attended with its raw k_t and v_t instead of its int8 entries",
     "gqa-repeat": "GQA heads expanded with repeat instead of repeat_interleave",
     **GENERIC_MISCONCEPTIONS,
 }
