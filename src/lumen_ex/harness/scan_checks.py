@@ -37,11 +37,10 @@ class NodeChecks:
     modules: dict[str, str]         # name -> the module it is bound to, or came from
     strict: set[str]                # names bound to a module itself (not a value)
     bases: set[int]                 # nodes used as `x` in x.attr or x(...)
-    called: set[int]                # nodes used as `f` in f(...)
 
     def _check(self, node: ast.AST) -> list[Finding]:
         if isinstance(node, ast.Attribute):
-            read = id(node) not in self.bases and id(node) not in self.called   # q.grad, not q.grad() nor q.grad.x
+            read = id(node) not in self.bases      # q.grad, not q.grad() nor q.grad.x
             return self._attribute(node.value, node.attr, getattr(node, "lineno", 0), read) + self._escapes(node)
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             return self._import(node)

@@ -102,7 +102,6 @@ class SourceScan(NodeChecks):
         self.modules: dict[str, str] = {}                # name -> the module it is bound to, or came from
         self.strict: set[str] = set()                    # names bound to a module itself (not a value)
         self.bases: set[int] = set()                     # nodes used as `x` in x.attr or x(...)
-        self.called: set[int] = set()                    # nodes used as `f` in f(...)
         self.roots: list[ast.AST] = []                   # what runs when the module is imported
         self.imports: list[ast.Import | ast.ImportFrom] = []              # module-level imports (run at import too)
         self._index()
@@ -129,7 +128,6 @@ class SourceScan(NodeChecks):
                 self.bases.add(id(node.value))
             elif isinstance(node, ast.Call):
                 self.bases.add(id(node.func))
-                self.called.add(id(node.func))
                 if is_getattr(node) or (isinstance(node.func, ast.Name) and node.func.id == "hasattr"
                                          and len(node.args) >= 2):
                     self.bases.add(id(node.args[0]))     # getattr(F, "softmax"): checked by _call
