@@ -133,21 +133,24 @@ def occupied(t: torch.Tensor, n_occ: int) -> torch.Tensor:
     return out
 
 
+def cache_items(k, v, exp_k, exp_v, variants_of, n: int) -> list[Expected]:
+    """The caches' occupied slots 0..n-1 (yours, the reference's), as checked items."""
+    return [Expected(occupied(k, n), exp_k[:, :, :n], f"k_cache[:, :, :{n}]", OCC_AXES, variants_of(K_CACHE)),
+            Expected(occupied(v, n), exp_v[:, :, :n], f"v_cache[:, :, :{n}]", OCC_AXES, variants_of(V_CACHE))]
+
+
 def check_outputs(got, expected, variants_of, case, *, dtype, device) -> None:
     """The staged checks of (out_t, k_cache, v_cache): every shape, then dtypes and devices, then the
     caches' occupied slots, then out_t. ``variants_of(which)`` gives the variants of one output."""
     out, k, v = got
     exp_out, exp_k, exp_v = expected
     names = case.axis_sizes()
-    n = case.n_occ
     with diagnosed(case, got):
         expect.shapes([Expected(out, exp_out, "out_t", OUT_AXES), Expected(k, exp_k, "k_cache", CACHE_AXES),
                        Expected(v, exp_v, "v_cache", CACHE_AXES)], sizes=names)
-        expect.tensors([
-            Expected(occupied(k, n), exp_k[:, :, :n], f"k_cache[:, :, :{n}]", OCC_AXES, variants_of(K_CACHE)),
-            Expected(occupied(v, n), exp_v[:, :, :n], f"v_cache[:, :, :{n}]", OCC_AXES, variants_of(V_CACHE)),
-            Expected(out, exp_out, "out_t", OUT_AXES, variants_of(OUT_T)),
-        ], sizes=names, dtype=dtype, device=device)
+        expect.tensors([*cache_items(k, v, exp_k, exp_v, variants_of, case.n_occ),
+                        Expected(out, exp_out, "out_t", OUT_AXES, variants_of(OUT_T))], sizes=names, dtype=dtype,
+                       device=device)
 
 
 def expected_step(case):
@@ -235,12 +238,9 @@ def test_attends_sinks_and_window(submission, seed, device):
             expect.shape(k_cache, (B, H_kv, C, d), what="k_cache", axes=CACHE_AXES, sizes=names)
             expect.shape(v_cache, (B, H_kv, C, d), what="v_cache", axes=CACHE_AXES, sizes=names)
             # The caches first, as everywhere: out_t reads as weights only when the values are right.
-            n = case.n_occ
             with diagnosed(case, (out, k_cache, v_cache)):
-                expect.tensors([
-                    Expected(occupied(k_cache, n), ref_k[:, :, :n], f"k_cache[:, :, :{n}]", OCC_AXES, variants_of(K_CACHE)),
-                    Expected(occupied(v_cache, n), ref_v[:, :, :n], f"v_cache[:, :, :{n}]", OCC_AXES, variants_of(V_CACHE)),
-                ], sizes=case.axis_sizes(), dtype=dtype, device=device)
+                expect.tensors(cache_items(k_cache, v_cache, ref_k, ref_v, variants_of, case.n_occ),
+                               sizes=case.axis_sizes(), dtype=dtype, device=device)
         except CheckFailed as exc:
             raise _prefixed(exc, f"decoding step {t}", t) from None
         outs.append(out)
