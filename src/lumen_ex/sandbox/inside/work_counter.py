@@ -5,8 +5,13 @@ It counts the elements every tensor op produces, the largest single intermediate
 floating-point operations of the matrix products (``matmul_flops``: 2·m·k·n for an (m, k) @ (k, n)
 product, whatever wrote it: ``@``, ``matmul``, ``einsum``, ``bmm``, ``linear`` all reach torch's
 ``mm``/``bmm`` family below the dispatcher), through a ``TorchDispatchMode``: backend-agnostic,
-where FlopCounterMode misses CPU SDPA and broadcast-multiply-sum attention. It runs in the learner's process, which can patch it: its summary
-is a hint that can only fail a test, never pass one.
+where FlopCounterMode misses CPU SDPA and broadcast-multiply-sum attention.
+
+It runs in the learner's process, which could patch it: its summary is a hint. Where a high count
+fails a test (an O(L^2) intermediate) that is all it can do; where a low count passes one (the
+causal-skip tests of exercises 5 and 9) only the source scan stands behind it, which refuses the
+code that could reach this module (sys.modules, private names: tests/sandbox/test_forbidden.py
+``test_patched_work_counter_fails``); no measurement of the grader's own backs those two.
 
 Like every file of this folder it runs inside the sandbox (worker.py imports it from the folder
 made a package, ``lumen_inside``, in ``prepare``), so it imports only the standard library and torch.

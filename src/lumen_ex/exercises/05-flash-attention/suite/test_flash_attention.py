@@ -12,7 +12,7 @@ both axes, and with causal=True the first query sits at key position 17, past tw
 Two properties are the point of the exercise and have tests of their own: memory that grows
 linearly with L, measured by the harness from outside the worker (src/lumen_ex/harness/memory.py),
 and causal work that skips the key blocks entirely in the future, counted by the worker's op
-counter (a hint that can only fail).
+counter (a hint, backed only by the source scan: src/lumen_ex/sandbox/inside/work_counter.py).
 """
 
 from __future__ import annotations
@@ -566,7 +566,8 @@ def _over_budget(used: dict, L: int) -> list[str]:
 @pytest.mark.group("cost")
 def test_causal_skips_future_blocks(submission, seed, device):
     """causal=True does about half the work (future blocks skipped)"""
-    # The work counter runs in the learner's process, which can patch it: a hint that can only fail.
+    # The work counter runs in the learner's process: a low count passes this test, and only the source
+    # scan (which refuses code that could reach the counter) stands behind it (work_counter.py).
     case = inputs.attention_case(seed, batch_axes=("B", "H"), L_q=COST_L, L_k=COST_L, **COST_SIZES)
     counts = {}
     for causal in (False, True):

@@ -485,7 +485,8 @@ WORK_MEASURES = {"matmul_flops": "FLOPs of its matrix products", "total_elements
 @pytest.mark.group("cost")
 def test_causal_skips_future_blocks(submission, seed, device):
     """causal=True skips the blocks entirely in the future"""
-    # The work counter runs in the learner's process, which can patch it: a hint that can only fail.
+    # The work counter runs in the learner's process: a low count passes this test, and only the source
+    # scan (which refuses code that could reach the counter) stands behind it (work_counter.py).
     counts = {}
     for causal in (False, True):
         case = cases.backward_case(seed, causal=causal, L_q=COST_L, L_k=COST_L, **COST_SIZES)
