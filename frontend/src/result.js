@@ -26,10 +26,34 @@ function shapeTable(item) {
   return table;
 }
 
+// Two texts one above the other (a model's text under the reference's), the first difference marked.
+function texts(item) {
+  const figure = el("figure", { class: "texts" });
+  figure.append(el("pre", { class: "prompt" }, el("span", { class: "label", text: "prompt".padEnd(9) }),
+                   document.createTextNode(item.prompt)));
+  for (const row of item.rows) {
+    for (const [label, part] of [["yours", row.yours], ["expected", row.expected]]) {
+      const pre = el("pre", { class: label }, el("span", { class: "label", text: label.padEnd(9) }));
+      if (Number.isInteger(row.marked)) {
+        pre.append(document.createTextNode(part.slice(0, row.marked)),
+                   el("mark", { text: part.slice(row.marked, row.marked + 1) || " " }),
+                   document.createTextNode(part.slice(row.marked + 1)));
+      } else {
+        pre.append(document.createTextNode(part));
+      }
+      figure.append(pre);
+    }
+  }
+  figure.append(el("figcaption", { text: item.caption }));
+  return figure;
+}
+
 function line(item) {
   switch (item.kind) {
     case "shape":
       return shapeTable(item);
+    case "texts":
+      return texts(item);
     case "picture": {
       const figure = el("figure", { class: "picture" });
       const caption = el("figcaption", { text: item.caption });

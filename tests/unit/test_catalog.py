@@ -26,6 +26,10 @@ def test_validator_finds_real_problems(tmp_path):
     (root / "01-attention" / "attention.py").write_text("def scaled_dot_product_attention(q, k, v):\n    pass\n")
     (root / "02-kv-cache" / "README.md").unlink()
     (root / "02-kv-cache" / "notes.txt").write_text("forgotten")
+    (root / "02-kv-cache" / "data").mkdir()
+    (root / "02-kv-cache" / "data" / "table.bin").write_bytes(b"\0")        # data/ is the exercise's own
+    (root / "02-kv-cache" / "data" / "deeper").mkdir()
+    (root / "02-kv-cache" / "data" / "deeper" / "x.bin").write_bytes(b"\0")  # but one level only
     (root / "03-orphan").mkdir()
     manifest = root / "02-kv-cache" / "exercise.toml"
     manifest.write_text(manifest.read_text().replace('slug = "kv-cache"', 'slug = "Bad Slug"'))
@@ -38,6 +42,7 @@ def test_validator_finds_real_problems(tmp_path):
     assert "README.md is missing" in problems
     assert "exercises/03-orphan is not listed in pack.toml" in problems
     assert "notes.txt is not part of an exercise" in problems
+    assert "data/deeper/x.bin is not part of an exercise" in problems and "table.bin" not in problems
     assert "slug must match" in problems
     assert "builds_on = 9 names no earlier exercise" in problems
     manifest.write_text(manifest.read_text().replace("number = 2", "number = 1"))

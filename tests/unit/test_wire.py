@@ -66,6 +66,27 @@ def test_unsendable_values_are_described_by_type_only():
     assert repr(wire.unpack(tree, [])) == "<builtins.dict>"
 
 
+def test_a_request_carries_a_dict_of_tensors_and_a_reply_cannot():
+    """The harness may send a dict with string keys (exercise 13's weights and config); the worker
+    reads it only from a request: a reply's ``pack`` still describes a dict by its type, and a
+    ``$dict`` in a reply is a protocol error."""
+    weights = {"embed": torch.randn(4, 3), "layers.0.wq": torch.randn(3, 3).t(), "n": 2, "eps": 1e-5}
+    tree, tensors = wire.pack((torch.zeros(1, 2), weights), dicts=True)
+    ((header, got),) = parse_all(wire.encode_frame({"v": tree}, tensors))
+    value = wire.unpack(header["v"], got, dicts=True)
+    assert list(value[1]) == list(weights) and value[1]["n"] == 2 and value[1]["eps"] == 1e-5
+    assert torch.equal(value[1]["layers.0.wq"], weights["layers.0.wq"])
+    with pytest.raises(ProtocolError, match="reply cannot carry"):
+        wire.unpack(header["v"], got)
+    too_many = {"$dict": {f"k{i}": i for i in range(wire.MAX_TENSORS + 1)}}
+    long_key = {"$dict": {"k" * (wire.MAX_PARAM_NAME + 1): 1}}
+    for bad in (too_many, long_key, {"$dict": [1, 2]}):
+        with pytest.raises(ProtocolError):
+            wire.unpack(bad, [], dicts=True)
+    # A dict the harness could not send as one (a key that is no string) is described, not sent.
+    assert wire.pack({1: torch.zeros(1)}, dicts=True)[0] == {"$object": "builtins.dict"}
+
+
 def test_several_frames_in_one_stream():
     data = b"".join(wire.encode_frame({"id": i}, [torch.full((i + 1,), float(i))]) for i in range(5))
     frames = parse_all(data, chunk=3)

@@ -25,6 +25,7 @@ from lumen_ex.cli.pictures import Heatmap, shape_diagram
 from lumen_ex.core.explaining import VALUE_KINDS
 from lumen_ex.core.results import Diagnosis, RunResult, Status, TestResult, points
 from lumen_ex.core.untrusted import one_line, visible
+from lumen_ex.feedback import text_diff
 from lumen_ex.feedback.text import KIND_LABEL, mistake_evidence, where_line
 
 MARK = {Status.PASS: ("✓", "green"), Status.FAIL: ("✗", "red"), Status.ERROR: ("!", "red"),
@@ -139,6 +140,9 @@ def _diagnosis_lines(diag: Diagnosis, run_mistake: dict | None = None) -> list:
         out.append(Text(one_line(f"    {diag.details['code']}")))        # the line itself, once
     if isinstance(diag.details.get("heatmap"), dict):
         out.append(Heatmap(diag.details["heatmap"]))
+    texts = text_diff.comparison(diag.details)
+    if texts is not None:
+        out += _text_rows(texts)
     if run_mistake is not None and diag.misconception == run_mistake.get("id"):
         out.append(_run_mistake_line(run_mistake))     # the same mistake, with the run's evidence
         return out
@@ -153,6 +157,24 @@ def _diagnosis_lines(diag: Diagnosis, run_mistake: dict | None = None) -> list:
         out.append(Text.assemble(("try: ", "bold cyan"), visible(diag.hint)))
     if run_mistake is not None:
         out.append(_run_mistake_line(run_mistake))
+    return out
+
+
+def _text_rows(c: text_diff.TextComparison, width: int = 64) -> list[Text]:
+    """The two texts one above the other in slices, the first difference in reverse video and a ^ under it."""
+    out = [Text(f"  {text_diff.caption(c)}", style="dim"), Text.assemble(("  prompt   ", "dim"), c.prompt)]
+    for row in text_diff.rows(c, width):
+        for label, part in (("yours    ", row.yours), ("expected ", row.expected)):
+            line = Text(f"  {label}")
+            if row.marked is None:
+                line.append(part)
+            else:
+                line.append(part[:row.marked])
+                line.append(part[row.marked:row.marked + 1] or " ", style="bold reverse red" if label[0] == "y" else "bold reverse green")
+                line.append(part[row.marked + 1:])
+            out.append(line)
+        if row.marked is not None:
+            out.append(Text("  " + " " * (9 + row.marked) + "^ first difference", style="bold red"))
     return out
 
 

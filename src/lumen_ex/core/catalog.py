@@ -291,6 +291,7 @@ def unlisted_files(ex: Exercise) -> list[str]:
         parts = rel.parts
         ok = ((len(parts) == 1 and parts[0] in top)
               or (len(parts) == 2 and parts[0] == "suite" and path.suffix == ".py")
+              or (len(parts) == 2 and parts[0] == "data")          # what the reference and suite read
               or (len(parts) == 3 and parts[:2] in (("corpus", "correct"), ("corpus", "buggy"))
                   and path.suffix == ".py"))
         if not ok:

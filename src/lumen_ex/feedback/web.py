@@ -19,6 +19,7 @@ import re
 from lumen_ex.core.explaining import VALUE_KINDS
 from lumen_ex.core.results import Diagnosis, RunResult, Status, TestResult, points
 from lumen_ex.core.untrusted import one_line, visible
+from lumen_ex.feedback import text_diff
 from lumen_ex.feedback.pictures import caption, data_url, picture
 from lumen_ex.feedback.pictures.png import payload_word
 from lumen_ex.feedback.shapes import shape_columns
@@ -127,6 +128,14 @@ def diagnosis_lines(diag: Diagnosis, test: TestResult, run_mistake: dict | None)
         out.append({"kind": "dim", "text": one_line(where)})
     if isinstance(diag.details.get("code"), str) and diag.details.get("where"):
         out.append({"kind": "code", "text": one_line(diag.details["code"])})
+    texts = text_diff.comparison(diag.details)
+    if texts is not None:
+        def shown(s: str) -> str:      # a newline as ↵: browsers' fonts draw it, not always ␤
+            return s.replace("\u2424", "\u21b5")
+
+        out.append({"kind": "texts", "caption": text_diff.caption(texts), "prompt": shown(texts.prompt), "rows": [
+            {"start": r.start, "marked": r.marked, "yours": shown(r.yours), "expected": shown(r.expected)}
+            for r in text_diff.rows(texts, 64)]})
     png = picture(test)
     if png is not None:
         out.append({"kind": "picture", "src": data_url(png), "caption": caption(test), "legend": legend(test)})

@@ -191,8 +191,8 @@ class LearnerModule:
         tensors: list[torch.Tensor] = []
         header: dict[str, Any] = {
             "op": "call", "fn": fn, "device": device or self.device,
-            "args": wire.pack(tuple(args), tensors, describe=describe)[0],
-            "kwargs": {k: wire.pack(v, tensors, describe=describe)[0] for k, v in kwargs.items()},
+            "args": wire.pack(tuple(args), tensors, describe=describe, dicts=True)[0],
+            "kwargs": {k: wire.pack(v, tensors, describe=describe, dicts=True)[0] for k, v in kwargs.items()},
         }
         param_grads = module.param_grads if module is not None else ()
         if module is not None:

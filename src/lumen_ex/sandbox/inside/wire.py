@@ -8,6 +8,7 @@ travel as a small JSON tree in which tensors are references into that list:
     {"$tuple": [...]}            a tuple          {"$list": [...]}  a list
     {"$float": "nan"}            a non-finite float
     {"$device": "cuda:0"}        a torch.device (requests only)
+    {"$dict": {"name": ...}}     a dict with string keys (requests only: a model's weights)
     {"$object": "builtins.dict"} anything else a worker returned, described by its type only
 
 This module is shared verbatim by both sides, so it imports only the standard library, torch and
@@ -125,18 +126,21 @@ def write_all(fd: int, data: bytes) -> None:
 
 
 def pack(value: object, tensors: list[torch.Tensor] | None = None, *,
-         describe: Describe | None = None) -> tuple[object, list[torch.Tensor]]:
+         describe: Describe | None = None, dicts: bool = False) -> tuple[object, list[torch.Tensor]]:
     """Turn a Python value into a JSON tree, appending its tensors to ``tensors``.
 
     ``describe(t)`` may return extra advisory fields to store beside a tensor reference
     (the worker reports each returned tensor's device, Python type and autograd state).
+    ``dicts``: send a dict with string keys as a dict (the harness's requests); otherwise, as in
+    every reply, a dict is described by its type only.
     """
     if tensors is None:
         tensors = []
-    return _pack(value, tensors, describe, 0), tensors
+    return _pack(value, tensors, describe, 0, dicts), tensors
 
 
-def _pack(value: object, tensors: list[torch.Tensor], describe: Describe | None, depth: int) -> object:
+def _pack(value: object, tensors: list[torch.Tensor], describe: Describe | None, depth: int,
+          dicts: bool = False) -> object:
     if depth > MAX_DEPTH:
         return {"$object": "nested too deeply"}
     if isinstance(value, torch.Tensor):
@@ -161,6 +165,9 @@ def _pack(value: object, tensors: list[torch.Tensor], describe: Describe | None,
         key = "$tuple" if type(value) is tuple else "$list"
         if len(value) > MAX_TENSORS:
             return {"$object": f"{type(value).__name__} of length {len(value)}"}
-        return {key: [_pack(v, tensors, describe, depth + 1) for v in value]}
+        return {key: [_pack(v, tensors, describe, depth + 1, dicts) for v in value]}
+    if dicts and type(value) is dict and len(value) <= MAX_TENSORS and all(
+            type(k) is str and len(k) <= MAX_PARAM_NAME for k in value):
+        return {"$dict": {k: _pack(v, tensors, describe, depth + 1, dicts) for k, v in value.items()}}
     cls = type(value)
     return {"$object": f"{cls.__module__}.{cls.__qualname__}"[:200]}

@@ -264,8 +264,8 @@ def call(module: types.ModuleType, header: dict[str, Any],
                 t = torch.stack([t, t], dim=-1)[..., 0]
         return t
 
-    args = list(wire.unpack(header.get("args", {"$list": []}), placed, on_tensor=place))
-    kwargs = {str(k): wire.unpack(v, placed, on_tensor=place)
+    args = list(wire.unpack(header.get("args", {"$list": []}), placed, on_tensor=place, dicts=True))
+    kwargs = {str(k): wire.unpack(v, placed, on_tensor=place, dicts=True)
               for k, v in dict(header.get("kwargs", {})).items()}
     grad = header.get("grad")
     if grad:
