@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up lumen-ex in ./.venv: the CPU build of torch where no torch is installed yet, lumen-ex itself
-# (editable, with the test extras), bubblewrap (the sandbox) where we may install it, and the web
+# (editable, with the test extras and Triton), bubblewrap (the sandbox) where we may install it, and the web
 # playground's page (lumen-ex serve), built from frontend/ where Node.js and npm are present.
 # Safe to run again: it only adds what is missing.
 set -euo pipefail
@@ -21,7 +21,15 @@ if ! "$VENV_PY" -c "import torch" 2>/dev/null; then
             --index-url https://download.pytorch.org/whl/cpu torch 2>/dev/null \
         || "$VENV_PY" -m pip install --quiet torch==2.13.0
 fi
-"$VENV_PY" -m pip install --quiet -e '.[test]'
+# Exercise 14's Triton (a 286 MB download, about 1 GB installed; its interpreter grades kernels on the
+# CPU): LUMEN_EX_NO_TRITON=1 leaves it out, and that exercise then says how to add it.
+if [ -n "${LUMEN_EX_NO_TRITON:-}" ]; then
+    "$VENV_PY" -m pip install --quiet -e '.[test]'
+else
+    "$VENV_PY" -m pip install --quiet -e '.[test,triton]' \
+        || { echo "install.sh: could not install Triton (exercise 14); everything else is installed" >&2;
+             "$VENV_PY" -m pip install --quiet -e '.[test]'; }
+fi
 
 if ! command -v bwrap >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

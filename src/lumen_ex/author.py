@@ -60,6 +60,7 @@ from lumen_ex.graders.support.expect import (
     Variant,
     fail,
 )
+from lumen_ex.harness import kernels
 from lumen_ex.harness.client import LearnerError, WorkerFailure
 from lumen_ex.harness.module_calls import ModuleCall, ParameterInfo
 from lumen_ex.harness.proxy import CallResult, meta
@@ -101,4 +102,4 @@ def exercise(file: str | Path, other: str | None = None) -> Exercise:
 
 __all__ = ["CallResult", "CheckFailed", "Exercise", "Expected", "GENERIC_MISCONCEPTIONS", "LearnerError",
            "MATCH_TOLERANCE_FLOAT64", "ModuleCall", "ParameterInfo", "TOLERANCES", "Tolerance", "Variant",
-           "WorkerFailure", "exercise", "expect", "fail", "inputs", "meta", "note", "pictures", "sibling"]
+           "WorkerFailure", "exercise", "expect", "fail", "inputs", "kernels", "meta", "note", "pictures", "sibling"]

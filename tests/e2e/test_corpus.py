@@ -34,7 +34,7 @@ EXERCISES = list(BUILTIN.values())
 MINIMUM = {"attention": (7, 14), "kv_cache": (6, 10), "prefill": (5, 10), "rope": (5, 10),
            "flash_attention": (6, 12), "paged_decode": (6, 12), "gqa_module": (5, 10),
            "attention_backward": (5, 10), "flash_backward": (5, 10), "sink_window": (5, 10), "int8_kv": (5, 10),
-           "speculative_verify": (5, 10), "tiny_model": (5, 10)}
+           "speculative_verify": (5, 10), "tiny_model": (5, 10), "triton_flash": (5, 10)}
 # Every test that reads the one dev check run goes to the same xdist worker (pyproject.toml: --dist loadgroup).
 pytestmark = pytest.mark.xdist_group("corpus")
 

@@ -47,6 +47,10 @@ class Exercise:
     # False: the learner's code runs with autograd off, and every way to turn it on is refused
     # (src/lumen_ex/sandbox/inside/forbid.py autograd_off), for an exercise that asks for a gradient by hand
     autograd: bool = True
+    # "triton": the learner's file holds Triton kernels (exercise 14): only imports of triton and math,
+    # constants and @triton.jit functions (src/lumen_ex/harness/kernel_scan.py); the grader launches
+    # them itself, in Triton's interpreter on the CPU (src/lumen_ex/harness/kernels.py)
+    kernel: str | None = None
     hints: tuple[str, ...] = ()
     # a first failure's mistake id or diagnosis kind -> the hint (0-based) that answers it: `lumen-ex
     # hint` shows that one first after such a check ([hint_for] in exercise.toml, numbered from 1)
@@ -95,6 +99,16 @@ class Exercise:
     @property
     def max_score(self) -> float:
         return sum(self.points.values())
+
+    def missing(self) -> str | None:
+        """What this machine lacks to grade the exercise, as the one line that says how to add it
+        (a kernel exercise needs its language's package: ``pip install 'lumen-ex[triton]'``); None: nothing."""
+        import importlib.util
+
+        if self.kernel and importlib.util.find_spec(self.kernel) is None:
+            return (f"{self.kernel.capitalize()} is not installed here: add it with "
+                    f".venv/bin/pip install 'lumen-ex[{self.kernel}]' (README.md of exercise {self.number})")
+        return None
 
     def summary(self) -> dict[str, Any]:
         return {"number": self.number, "slug": self.slug, "title": self.title}
@@ -172,6 +186,16 @@ def _flag(entry: dict[str, Any], key: str, default: bool) -> bool:
     return value
 
 
+KERNEL_LANGUAGES = ("triton",)
+
+
+def _kernel(entry: dict[str, Any]) -> str | None:
+    value = entry.get("kernel")
+    if value is not None and value not in KERNEL_LANGUAGES:
+        raise ValueError(f"kernel must be one of {', '.join(KERNEL_LANGUAGES)}, not {value!r}")
+    return value
+
+
 def load_pack(root: Path) -> Catalog:
     """One pack on its own (``lumen-ex dev check PACK``)."""
     return from_packs([read_pack(root, builtin=Path(root).resolve() == builtin_root().resolve())])
@@ -204,6 +228,7 @@ def _exercise(entry: dict[str, Any], folder: str, pack: Pack) -> Exercise:
         forbidden=forbidden_apis.read(entry.get("forbidden", ()), entry.get("forbidden_api", {}),
                                       pack.forbidden_apis),
         autograd=_flag(entry, "autograd", True),
+        kernel=_kernel(entry),
         hints=tuple(entry.get("hints", ())),
         hint_for={str(k): int(v) - 1 for k, v in entry.get("hint_for", {}).items()},
         visibility={str(k): str(v) for k, v in entry.get("visibility", {}).items()},

@@ -142,6 +142,11 @@ def check_here(ex: Exercise, workspace: Path, learner_file: Path, launcher: Laun
         if first is not None:
             first.kill()
         return _refused(ex, str(exc), launcher, device=device, seed=seed, started=started, warning=warning)
+    if ex.missing():        # no submission can be graded here: the machine's to fix, not the learner's
+        if first is not None:
+            first.kill()
+        return _refused(ex, str(ex.missing()), launcher, device=device, seed=seed, started=started,
+                        warning=warning, status=Status.ERROR)
 
     if first is None:
         # Before importing torch here, so that the two imports overlap; warm (WorkerSpec.warm): the
@@ -153,7 +158,8 @@ def check_here(ex: Exercise, workspace: Path, learner_file: Path, launcher: Laun
         from lumen_ex.harness.client import WorkerPool  # lazy: it imports torch, after the launch above
 
         pool = WorkerPool(launcher, spec, first=first, module=ex.module, functions=list(ex.functions),
-                          forbidden=list(ex.forbidden), autograd=ex.autograd, source=source.data,
+                          forbidden=list(ex.forbidden), autograd=ex.autograd, kernel=ex.kernel,
+                          source=source.data,
                           startup_timeout=ex.times.startup_seconds,
                           call_timeout=ex.times.call_seconds,
                           run_deadline=started + ex.times.run_seconds)
@@ -170,15 +176,17 @@ def check_here(ex: Exercise, workspace: Path, learner_file: Path, launcher: Laun
 
 
 def _refused(ex: Exercise, reason: str, launcher: Launcher, *, device: str, seed: int, started: float,
-             warning: str) -> RunResult:
+             warning: str, status: Status = Status.FAIL) -> RunResult:
     """The result for a file that cannot be graded at all (src/lumen_ex/core/snapshot.py): one failed row,
-    no test run, nothing scored: the row carries the exercise's whole maximum, so the scores add up."""
+    no test run, nothing scored: the row carries the exercise's whole maximum, so the scores add up.
+    ``status`` ERROR: not the file's fault (a package the exercise needs is missing: Exercise.missing)."""
     message = f"your file was not graded: {reason}"
     total = scores.total(ex.points.values())
-    row = TestResult("file", "the exercise file can be read", "file", Status.FAIL, message=message,
-                     diagnosis=Diagnosis("file", message), max_score=total)
+    kind = "file" if status is Status.FAIL else "grader"
+    row = TestResult("file", "the exercise file can be read", "file", status, message=message,
+                     diagnosis=Diagnosis(kind, message), max_score=total)
     note = join_notes(launcher.note(), warning)
-    return not_graded(ex.summary(), row, status=Status.FAIL, max_score=total,
+    return not_graded(ex.summary(), row, status=status, max_score=total,
                       sandbox=SandboxInfo(launcher.name, launcher.isolated, {}, note), device=device, seed=seed,
                       duration=time.monotonic() - started,
                       versions=catalog_versions())

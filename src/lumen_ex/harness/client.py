@@ -283,8 +283,8 @@ class WorkerPool:
 
     def __init__(self, launcher: Launcher, spec: WorkerSpec, *, module: str, functions: list[str],
                  first: Launched | Worker | None = None, forbidden: Iterable[ForbiddenAPI | str] = (),
-                 autograd: bool = True, startup_timeout: float = 60.0, call_timeout: float = 10.0,
-                 run_deadline: float | None = None, source: bytes | None = None):
+                 autograd: bool = True, kernel: str | None = None, startup_timeout: float = 60.0,
+                 call_timeout: float = 10.0, run_deadline: float | None = None, source: bytes | None = None):
         self.launcher, self.spec = launcher, spec
         # The learner's file as read once when the check began (src/lumen_ex/core/snapshot.py): every worker
         # imports these bytes, never the file on disk, which may have been saved again since.
@@ -293,6 +293,8 @@ class WorkerPool:
         # and autograd = False (exercise.toml): the worker runs the learner's code with autograd off
         self.module, self.functions, self.forbidden = module, list(functions), list(as_apis(forbidden))
         self.autograd = autograd
+        self.kernel = kernel        # "triton": the worker sets Triton up before the import (exercise.toml kernel)
+        self.compiling = False      # the next worker imports the kernels to compile them, not to run them
         self.startup_timeout, self.call_timeout = startup_timeout, call_timeout
         self.run_deadline = run_deadline
         self.worker: Worker | None = None
@@ -354,6 +356,9 @@ class WorkerPool:
                 load: dict[str, Any] = {"op": "load", "module": self.module, "path": worker.launched.module_path,
                                         "functions": self.functions, "autograd": self.autograd,
                                         "forbidden": [api.to_wire() for api in self.forbidden]}
+                if self.kernel:       # Triton's interpreter unless the kernels run on a GPU
+                    load["kernel"] = {"language": self.kernel,
+                                      "interpret": self.spec.device != "cuda" and not self.compiling}
                 sent = []
                 if self.source is not None:
                     load["source"] = "tensor"           # the bytes travel as the frame's one tensor

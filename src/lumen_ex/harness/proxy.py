@@ -166,7 +166,8 @@ class LearnerModule:
              device: str | None = None, noncontiguous: bool = False, grad_wrt: tuple[int, ...] = (),
              grad_seeds: tuple[Any, ...] | None = None,
              count_ops: bool = False, echo_args: bool = False, timeout: float | None = None,
-             measure_memory: bool = False, module: ModuleCall | None = None) -> CallResult:
+             measure_memory: bool = False, module: ModuleCall | None = None,
+             launch: tuple[int, ...] | None = None) -> CallResult:
         """Call ``fn(*args, **kwargs)`` in the worker and return everything it sent back, validated.
 
         device: where the worker puts the tensor arguments (default: the run's device).
@@ -178,6 +179,8 @@ class LearnerModule:
         the worker (src/lumen_ex/harness/memory.py), as ``CallResult.memory``.
         module: ``fn`` is an nn.Module class, built, moved and loaded as the ModuleCall says, and
         called (see ModuleCall); its ``param_grads`` join ``grad_wrt``'s gradients.
+        launch: ``fn`` is a Triton kernel, launched by the worker as ``fn[launch](*args, **kwargs)``
+        (src/lumen_ex/harness/kernels.py); its outputs are the tensors it wrote, from ``echo_args``.
 
         Example (exercises 1 and 4)::
 
@@ -206,6 +209,8 @@ class LearnerModule:
             header["count_ops"] = True
         if echo_args:
             header["echo_args"] = True
+        if launch is not None:
+            header["launch"] = {"grid": [int(g) for g in launch]}
         try:
             reply = self._pool.call(header, tensors, timeout, measure_memory=measure_memory)
         except Exception as exc:

@@ -15,7 +15,7 @@ class ExerciseRow:
     slug: str
     title: str
     path: str
-    status: str          # "not checked", "pass", "fail"
+    status: str          # "not checked", "pass", "fail", or "needs triton" (the exercise's package is missing)
     best_score: float
     max_score: float
     checks: int
@@ -34,8 +34,8 @@ def list_exercises(workspace: Path | None = None) -> tuple[Workspace | None, lis
     rows = []
     for ex in cat.exercises:
         entry = progress.get(ex.slug, {})
-        rows.append(ExerciseRow(ex.number, ex.slug, ex.title, ex.path,
-                                entry.get("last_status", "not checked"), float(entry.get("best_score", 0.0)),
+        status = entry.get("last_status") or (f"needs {ex.kernel}" if ex.missing() else "not checked")
+        rows.append(ExerciseRow(ex.number, ex.slug, ex.title, ex.path, status, float(entry.get("best_score", 0.0)),
                                 ex.max_score, int(entry.get("checks", 0))))
     return ws, rows
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 # The files of lumen_ex/sandbox/inside a worker runs from (the folder is bound whole, read-only): the
 # worker with its layer against forbidden APIs and its work counter (forbid.py, work_counter.py), the
 # wire format, and the zygote that forks workers with its system calls (zygote.py, confine.py).
-WORKER_FILES = ("worker.py", "forbid.py", "work_counter.py", "wire.py", "wire_limits.py", "wire_decode.py",
+WORKER_FILES = ("worker.py", "forbid.py", "work_counter.py", "kernels.py", "wire.py", "wire_limits.py", "wire_decode.py",
                 "zygote.py", "confine.py")
 # The environment a worker sees: nothing from the host, one thread, a private home.
 WORKER_ENV = {

@@ -165,10 +165,10 @@ def serve(req_fd: int, rep_fd: int) -> int:
             if op == "load":
                 module, reply, out = load(header, tensors), {"ok": True}, []
                 reply["functions"] = describe_functions(module, header.get("functions", []))
-            elif op == "call":
+            elif op == "call" or op == "kernel_ir":
                 if module is None:
                     raise RuntimeError("no module loaded")
-                reply, out = call(module, header, tensors)
+                reply, out = call(module, header, tensors) if op == "call" else _kernels().ir_reply(module, header)
             else:
                 raise RuntimeError(f"unknown op {op!r}")
         except BaseException as exc:  # noqa: BLE001  SystemExit and KeyboardInterrupt included
@@ -201,6 +201,8 @@ def load(header: dict[str, Any], tensors: Sequence[torch.Tensor] = ()) -> types.
     forbid.disable(list(header.get("forbidden", [])))
     if header.get("autograd") is False:     # exercise.toml autograd = false
         forbid.autograd_off()
+    if header.get("kernel"):                # exercise.toml kernel = "triton"
+        _kernels().prepare(header["kernel"], os.path.join(path, name + ".py"), source)
     return import_exact(name, os.path.join(path, name + ".py"), source)
 
 
@@ -275,6 +277,7 @@ def call(module: types.ModuleType, header: dict[str, Any],
     counter = work_counter.WorkCounter() if header.get("count_ops") else None
     del forbid.called[:]
     instance = None
+    fn = _kernels().launcher(fn, header["launch"]) if header.get("launch") else fn   # a Triton kernel, on its grid
     if spec is not None:     # an nn.Module class: built, moved and loaded as asked, then one method called
         instance = module_instance(fn, spec, tensors, device)
         method = spec.get("method", "__call__")
@@ -302,6 +305,10 @@ def call(module: types.ModuleType, header: dict[str, Any],
     if header.get("echo_args"):
         reply["args_after"] = wire.pack(tuple(args), out)[0]
     return reply, out
+
+
+def _kernels() -> types.ModuleType:   # kernels.py: only for kernel exercises
+    return importlib.import_module(f"{PACKAGE}.kernels")
 
 
 def module_instance(cls: Any, spec: dict[str, Any], tensors: list[torch.Tensor], device: torch.device) -> Any:

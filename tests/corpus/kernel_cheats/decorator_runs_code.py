@@ -1,0 +1,17 @@
+# cheat: a decorator of its own runs any code at import (and could wrap the kernel)
+import triton
+import triton.language as tl
+
+
+def spy(fn):
+    return fn
+
+
+@spy
+@triton.jit
+def flash_attention_kernel(Q, K, V, Out, Lse,
+                           stride_qh, stride_qm, stride_kh, stride_kn, stride_vh, stride_vn,
+                           stride_oh, stride_om, stride_lh,
+                           L_q, L_k, scale,
+                           D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    pass

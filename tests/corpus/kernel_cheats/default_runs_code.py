@@ -1,0 +1,13 @@
+# cheat: a parameter default is evaluated when the file is imported: run code there
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def flash_attention_kernel(Q, K, V, Out, Lse,
+                           stride_qh, stride_qm, stride_kh, stride_kn, stride_vh, stride_vn,
+                           stride_oh, stride_om, stride_lh,
+                           L_q, L_k, scale,
+                           D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                           EXTRA=print("ran at import")):
+    pass

@@ -1,0 +1,105 @@
+"""Exercise 14's cheats: ways around "write it as a kernel", each graded for real (bwrap, a worker
+forked as `lumen-ex grade` forks it) and refused from the harness's side before any test counts.
+
+In Triton's interpreter a kernel is Python running in the worker, so the grader holds the file to an
+allow-list (src/lumen_ex/harness/kernel_scan.py) checked on the exact bytes the worker imports, and
+launches the kernel itself (src/lumen_ex/harness/kernels.py). Each file in tests/corpus/kernel_cheats
+is one way around that: it must score 0 on every test that launches or compiles the kernel, with the
+forbidden diagnosis "cannot be verified" naming its line. Under docker: not yet, the grader image has
+no Triton (issue "Capstone and Triton" says what remains); these run under bwrap.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import requires_bwrap
+
+from lumen_ex.core import catalog
+from lumen_ex.core.results import Status
+from lumen_ex.harness import kernel_scan
+
+EXERCISE = catalog.load().find(14)
+CHEATS = sorted((Path(__file__).resolve().parents[1] / "corpus" / "kernel_cheats").glob("*.py"))
+REFERENCE = EXERCISE.reference_path
+
+
+def test_the_reference_and_the_stub_are_kernel_files():
+    """The allow-list is not vacuous the other way: the reference and the stub pass it."""
+    for path in (REFERENCE, EXERCISE.stub_path):
+        assert kernel_scan.problems(path.read_bytes(), path.name) == [], path.name
+
+
+@pytest.mark.parametrize("path", CHEATS, ids=[p.stem for p in CHEATS])
+def test_the_scan_names_each_cheat_with_its_line(path):
+    found = kernel_scan.problems(path.read_bytes(), path.name)
+    assert found and all(f.startswith("line ") for f in found), found
+
+
+@requires_bwrap
+@pytest.mark.slow
+@pytest.mark.skipif(EXERCISE.missing() is not None, reason="Triton is not installed here")
+def test_every_cheat_scores_nothing_and_is_refused_on_every_test(grade):
+    """Over 30 s: 7 files, each a grading in the interpreter's worker (the IR test starts a second one)."""
+    for path in CHEATS:
+        result = grade(14, path.read_text(), seed=3)
+        assert result.status is Status.FAIL and result.score == 0, (path.name, result.score)
+        graded = [t for t in result.tests if t.status is not Status.SKIPPED]
+        assert graded and all(t.diagnosis is not None and t.diagnosis.kind == "forbidden" for t in graded), (
+            path.name, [(t.id, t.diagnosis and t.diagnosis.kind) for t in graded])
+        assert all("cannot be verified" in t.diagnosis.summary and " line " in t.diagnosis.summary
+                   for t in graded if t.diagnosis), path.name
+
+
+
+def test_the_ir_facts_count_products_inside_loops_only():
+    """kernels.ir_facts reads the nesting of the IR's regions: a tt.dot counts as in a loop only inside
+    the braces a scf.for opens (an attribute dict on one line opens and closes nothing)."""
+    from lumen_ex.harness.kernels import ir_facts
+
+    text = "\n".join([
+        "tt.func public @k(%a: f32) attributes {noinline = false} {",
+        "  %s = tt.dot %q, %k, %c : tensor<16x16xf32>",          # before the loop
+        "  %r = scf.for %i = %c0 to %end_3 step %c16 iter_args(%x = %s) -> (tensor<16x16xf32>) : i32 {",
+        '    %m = "tt.reduce"(%x) <{axis = 1 : i32}> ({',
+        "    }) : (tensor<16x16xf32>) -> tensor<16xf32>",
+        "    %p = tt.dot %x, %v, %x : tensor<16x16xf32>",        # in the loop
+        "  }",
+        "  %t = tt.dot %r, %v, %r : tensor<16x16xf32>",           # after it
+        "}"])
+    facts = ir_facts(text)
+    assert (facts.dots, facts.loops, facts.dots_in_loops, facts.dot_loop_bounds) == (3, 1, 1, ("%end_3",))
+
+
+def test_the_worker_launches_only_a_kernel_over_a_bounded_grid():
+    """The worker's side of a launch (src/lumen_ex/sandbox/inside/kernels.py): a grid of 1 to 3 positive
+    sizes the harness gave, and only on a Triton kernel (a plain function is refused, never called)."""
+    from lumen_ex.sandbox.inside import kernels as inside
+
+    class Kernel:
+        arg_names = ["X"]
+
+        def __getitem__(self, grid):
+            return ("launched", grid)
+
+    assert inside.launcher(Kernel(), {"grid": [2, 3]}) == ("launched", (2, 3))
+    for grid in ([], [0], [1, 2, 3, 4], [1.5], "2", [70000]):
+        with pytest.raises(ValueError):
+            inside.launcher(Kernel(), {"grid": grid})
+    with pytest.raises(TypeError, match="not a Triton kernel"):
+        inside.launcher(lambda x: x, {"grid": [1]})
+
+
+def test_a_kernel_reads_only_constexpr_constants():
+    """Triton's compiler lets a kernel read a global only when it is a tl.constexpr: the scan says so
+    with the line, and accepts the constexpr form (the interpreter alone would run either)."""
+    source = b"\n".join([
+        b"import triton", b"import triton.language as tl",
+        b"LOG2E = tl.constexpr(1.4426950408889634)", b"LN2 = 0.6931", b"NEG = float('-inf')",
+        b"@triton.jit", b"def k(X, N: tl.constexpr):", b"    a = LOG2E * N", b"    b = LN2 + NEG"])
+    found = kernel_scan.problems(source, "k.py")
+    assert found == ["line 9: LN2 is a plain constant, which Triton's compiler does not let a kernel read: "
+                     "write LN2 = tl.constexpr(...)",
+                     "line 9: NEG is a plain constant, which Triton's compiler does not let a kernel read: "
+                     "write NEG = tl.constexpr(...)"]
