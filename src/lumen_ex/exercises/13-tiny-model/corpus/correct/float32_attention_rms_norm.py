@@ -1,4 +1,5 @@
 # correct: F.rms_norm with eps=config["norm_eps"], hand-written softmax (max subtraction, exp, sum) computed in float32 via .float() and cast back, masked_fill with torch.finfo(float32).min
+# expect-note: test_float64
 import math
 
 import torch

@@ -1,4 +1,5 @@
 # correct: attention computed one query head at a time, each reading KV head h // group by indexing (no repeat_interleave), causal check per query row; one fused QKV matmul split with torch.split
+# expect-note: test_float64
 import math
 
 import torch
