@@ -165,31 +165,32 @@ def _on_module(node: ast.Attribute, modules: set[str]) -> bool:
     return isinstance(base, ast.Name) and base.id in modules
 
 
-def parameters(source: bytes, kernel: str) -> list[str] | None:
-    """The parameter names of the top-level function ``kernel`` of ``source``, in order (None: no such
-    function): read from the source, since a Triton kernel object hides its signature."""
+
+def _function(source: bytes, name: str) -> ast.FunctionDef | None:
+    """The top-level function ``name`` of ``source`` (None: none, or the file does not parse)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return None
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == kernel:
-            args = node.args
-            return [a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]]
-    return None
+    return next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+
+
+def parameters(source: bytes, kernel: str) -> list[str] | None:
+    """The parameter names of the top-level function ``kernel`` of ``source``, in order (None: no such
+    function): read from the source, since a Triton kernel object hides its signature."""
+    node = _function(source, kernel)
+    if node is None:
+        return None
+    args = node.args
+    return [a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]]
 
 
 def not_written(source: bytes, kernel: str) -> str | None:
     """The message of the stub's ``raise NotImplementedError("...")`` in ``kernel``'s body, if it has one
     (a compile cannot run a raise: the check says what the stub says instead)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == kernel:
-            for inner in ast.walk(node):
-                if isinstance(inner, ast.Raise) and _not_written_yet(inner):
-                    args = inner.exc.args if isinstance(inner.exc, ast.Call) else []
-                    return str(args[0].value) if args and isinstance(args[0], ast.Constant) else ""
+    node = _function(source, kernel)
+    for inner in ast.walk(node) if node is not None else ():
+        if isinstance(inner, ast.Raise) and _not_written_yet(inner):
+            args = inner.exc.args if isinstance(inner.exc, ast.Call) else []
+            return str(args[0].value) if args and isinstance(args[0], ast.Constant) else ""
     return None
