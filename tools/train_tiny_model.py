@@ -131,6 +131,7 @@ def main() -> None:
                         help="keep the weights in --out (trained with --steps and --seed) and pick the prompts again")
     args = parser.parse_args()
     torch.set_num_threads(2)
+    torch.use_deterministic_algorithms(True)   # the embedding's backward adds up in a fixed order: same seed, same bytes
     ref = load("tiny_reference", FOLDER / "reference.py")
     io = load("tiny_model_file", FOLDER / "suite" / "model_file.py")
     mistakes = load("tiny_mistakes", FOLDER / "mistakes.py")          # (it imports lumen_ex.author)
