@@ -258,6 +258,16 @@ def test_the_payload_fits_the_schema():
                            axes=("H", "L_q", "L_k"))
     validator.validate({"kind": "values", "summary": "s", "details": {"heatmap": big}})
     assert len(big["png_base64"]) < 8000
+    # an exercise's own words (exercise 11: codes over tokens and channels; exercise 10: a mask of held slots)
+    own = pictures.heatmap(torch.rand(4, 6), torch.rand(4, 6, dtype=torch.float64), what="k_q", axes=("T", "d"),
+                           rows="tokens", cols="channels", kind="codes")
+    validator.validate({"kind": "values", "summary": "s", "details": {"heatmap": own}})
+    held = dict(_mask_payload(), on="held", cols="slot")
+    validator.validate({"kind": "values", "summary": "s", "details": {"heatmap": held}})
+    broken = json.loads(json.dumps(diag))
+    broken["details"]["heatmap"]["rows"] = "two words"
+    with pytest.raises(jsonschema.ValidationError):
+        validator.validate(broken)
     broken = json.loads(json.dumps(diag))
     broken["details"]["heatmap"]["expected"] = [[0] * 17]
     with pytest.raises(jsonschema.ValidationError):
