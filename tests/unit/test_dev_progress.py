@@ -1,6 +1,6 @@
 """`lumen-ex dev check`'s progress says each grading against what its file declares.
 
-A buggy file (or the stub) that fails is what it should be: its line says "as declared", and the
+A buggy file (or the stub) that fails is what it should be: its line says "a fail as declared", and the
 running count is of gradings that are not what their file declares. Checked on the progress
 adapter itself (src/lumen_ex/authoring/devcheck.py ``_DeclaredProgress``) with records made here,
 and through the plain-text view that `lumen-ex grade` and `lumen-ex dev check` share.
@@ -38,7 +38,8 @@ def test_a_buggy_file_that_fails_is_as_declared_and_only_surprises_are_counted(c
         progress.finished(Finished(student, EX, result, done, len(graded), failed=done, errors=0))
     progress.end()
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
-    assert "buggy--seed-1 attention: fail 3.5/10, as declared" in lines[0] and "0 not as declared" in lines[0]
-    assert "correct--seed-1 attention: fail 9/10, declared to pass" in lines[1] and "1 not as declared" in lines[1]
-    assert "buggy2--seed-1 attention: pass 10/10, declared to fail" in lines[2] and "2 not as declared" in lines[2]
+    assert ("buggy--seed-1 attention: fail 3.5/10, a fail as declared (kind and mistake: in the report)" in lines[0]
+            and "0 with the wrong pass or fail" in lines[0])
+    assert "correct--seed-1 attention: fail 9/10, declared to pass" in lines[1] and "1 with the wrong pass or fail" in lines[1]
+    assert "buggy2--seed-1 attention: pass 10/10, declared to fail" in lines[2] and "2 with the wrong pass or fail" in lines[2]
     assert not any(" failed, " in line for line in lines)

@@ -198,10 +198,11 @@ def _student(case: _Case, seed: int) -> str:
 class _DeclaredProgress:
     """The batch's progress as dev check shows it: each grading said against what its file declares.
 
-    A buggy file (or the stub) that fails is what it should be, not a failure: its line says "fails,
-    as declared", and the running count is of gradings that are not what their file declares (a
-    buggy file that passes, a correct file or the reference that does not, any error). The full
-    judgement (kind, mistake, first failing test) comes after the batch, in the report."""
+    A buggy file (or the stub) that fails is what it should be, not a failure: its line says "a fail
+    as declared (kind and mistake: in the report)", and the running count is of gradings whose pass
+    or fail is not what their file declares (a buggy file that passes, a correct file or the
+    reference that does not, any error). The full judgement (kind, mistake, first failing test) comes
+    after the batch, in the report: a line here never says a buggy file's diagnosis is right."""
 
     def __init__(self, inner: Progress, expected: dict[str, str]):
         self.inner, self.expected = inner, expected       # student -> "pass" or "fail"
@@ -225,11 +226,11 @@ class _DeclaredProgress:
         r, want = item.result, self.expected.get(item.student, "pass")
         got = f"{r.status.value} {r.score:g}/{r.max_score:g}"
         if r.status.value == want:
-            said = f"{got}, as declared"
+            said = f"{got}, a {want} as declared" + (" (kind and mistake: in the report)" if want == "fail" else "")
         else:
             self.unexpected += 1
             said = f"{got}, declared to {want}"
-        self.inner.finished(replace(item, verdict=said, tally=f"{self.unexpected} not as declared"))
+        self.inner.finished(replace(item, verdict=said, tally=f"{self.unexpected} with the wrong pass or fail"))
 
     def end(self) -> None:
         self.inner.end()
