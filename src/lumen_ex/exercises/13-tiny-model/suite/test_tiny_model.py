@@ -108,6 +108,14 @@ def reference_cache(tokens: torch.Tensor, dtype=torch.float32):
     return [(k.to(dtype), v.to(dtype)) for k, v in grown]
 
 
+def cache_items(got_cache, exp_cache, variants=None, tol=None) -> list[Expected]:
+    """One Expected for each layer's k_cache and v_cache; ``variants(which)`` (1: k_cache, 2: v_cache)
+    names a mistake on layer 0's."""
+    return [Expected(t, e, f"layer {i}'s {name}", CACHE_AXES, variants(1 + j) if variants and i == 0 else None, tol)
+            for i, (got, exp) in enumerate(zip(got_cache, exp_cache))
+            for j, (t, e, name) in enumerate(zip(got, exp, ("k_cache", "v_cache")))]
+
+
 def check(submission, tokens, cache, *, dtype=torch.float32, device="cpu", with_cache=False):
     """The learner's logits (and, with_cache, every layer's returned cache) must match the reference's."""
     exp_logits, exp_cache, variants = expected(tokens, cache, dtype)
@@ -116,15 +124,10 @@ def check(submission, tokens, cache, *, dtype=torch.float32, device="cpu", with_
     T = cache[0][0].shape[2]
     tol = LOGITS_TOL           # float64 too: float32 inside is accepted there (README.md)
     items = [Expected(logits, exp_logits, "logits", ("B", "L", "V"), variants(0), tol)]
-    shape_items = [Expected(t, e, f"layer {i}'s {name}", CACHE_AXES)
-                   for i, (got, exp) in enumerate(zip(got_cache, exp_cache))
-                   for t, e, name in zip(got, exp, ("k_cache", "v_cache"))]
     with cache_not_grown(T):
-        expect.shapes(shape_items, sizes=sizes(B, L, T))
+        expect.shapes(cache_items(got_cache, exp_cache), sizes=sizes(B, L, T))
     if with_cache:
-        items += [Expected(t, e, f"layer {i}'s {name}", CACHE_AXES, variants(1 + j) if i == 0 else None, tol)
-                  for i, (got, exp) in enumerate(zip(got_cache, exp_cache))
-                  for j, (t, e, name) in enumerate(zip(got, exp, ("k_cache", "v_cache")))]
+        items += cache_items(got_cache, exp_cache, variants, tol)
     expect.tensors(items, sizes=sizes(B, L, T), dtype=dtype, device=device)
     return result, logits, got_cache
 
@@ -177,9 +180,7 @@ def test_shapes(submission, seed, device):
     tokens = prompt[:, 6:]                                                   # (3, 5) after T = 6
     exp_logits, exp_cache, _ = expected(tokens, cache)
     _, logits, got_cache = call(submission, tokens, cache, device=device)
-    items = [Expected(logits, exp_logits, "logits", ("B", "L", "V"))]
-    items += [Expected(t, e, f"layer {i}'s {name}", CACHE_AXES) for i, (got, exp) in enumerate(zip(got_cache, exp_cache))
-              for t, e, name in zip(got, exp, ("k_cache", "v_cache"))]
+    items = [Expected(logits, exp_logits, "logits", ("B", "L", "V")), *cache_items(got_cache, exp_cache)]
     with cache_not_grown(6):
         expect.shapes(items, sizes=sizes(3, 5, 6))
 
@@ -213,12 +214,10 @@ def test_greedy_generation(submission, seed, device):
     for _ in range(GENERATED):
         T = cache[0][0].shape[2]
         _, logits, cache = call(submission, tokens, cache, device=device)
+        grown = torch.empty(1, CONFIG["n_kv_heads"], T + tokens.shape[1], CONFIG["d_head"])   # only its shape
         with cache_not_grown(T):
-            expect.shapes([Expected(logits, torch.empty(1, tokens.shape[1], V), "logits", ("B", "L", "V"))]
-                          + [Expected(t, torch.empty(1, CONFIG["n_kv_heads"], T + tokens.shape[1], CONFIG["d_head"]),
-                                      f"layer {i}'s {name}", CACHE_AXES)
-                             for i, pair in enumerate(cache) for t, name in zip(pair, ("k_cache", "v_cache"))],
-                          sizes=sizes(1, tokens.shape[1], T))
+            expect.shapes([Expected(logits, torch.empty(1, tokens.shape[1], V), "logits", ("B", "L", "V")),
+                           *cache_items(cache, [(grown, grown)] * N_LAYERS)], sizes=sizes(1, tokens.shape[1], T))
         cache = [(k.detach().to(torch.float32), v.detach().to(torch.float32)) for k, v in cache]
         tokens = logits[:, -1].to(torch.float64).nan_to_num(nan=-1e30).argmax(dim=-1, keepdim=True)   # (1, 1)
         written.append(int(tokens))
@@ -342,9 +341,7 @@ def test_runs_on_meta(submission, seed):
     cache = reference_cache(text[:, :8])
     exp_logits, exp_cache, _ = expected(text[:, 8:], cache)
     _, logits, got_cache = call(submission, text[:, 8:], cache, device="meta")
-    items = [Expected(logits, exp_logits, "logits", ("B", "L", "V"))]
-    items += [Expected(t, e, f"layer {i}'s {name}", CACHE_AXES) for i, (got, exp) in enumerate(zip(got_cache, exp_cache))
-              for t, e, name in zip(got, exp, ("k_cache", "v_cache"))]
+    items = [Expected(logits, exp_logits, "logits", ("B", "L", "V")), *cache_items(got_cache, exp_cache)]
     with cache_not_grown(8):
         expect.tensors(items, sizes=sizes(3, 4, 8), dtype=torch.float32, device="meta")
 
