@@ -103,3 +103,44 @@ def test_a_kernel_reads_only_constexpr_constants():
                      "write LN2 = tl.constexpr(...)",
                      "line 9: NEG is a plain constant, which Triton's compiler does not let a kernel read: "
                      "write NEG = tl.constexpr(...)"]
+
+
+def test_the_ir_kept_per_file_is_bounded(monkeypatch):
+    """kernels.ir keeps the IR of a file's bytes (a compile takes about a second) for at most
+    IR_CACHE_SIZE files, the oldest dropped first; the same bytes are never compiled twice meanwhile."""
+    import torch
+
+    from lumen_ex.harness import kernels
+    from lumen_ex.harness.client import Reply
+
+    source = EXERCISE.reference_path.read_bytes()
+    params = tuple(kernel_scan.parameters(source, "flash_attention_kernel") or ())
+    compiled: list[bytes] = []
+
+    class Pool:
+        compiling = False
+
+        def __init__(self, data):
+            self.source = data
+
+        def discard(self):
+            pass
+
+        def call(self, header, tensors, timeout):
+            compiled.append(self.source)
+            return Reply({"ok": True}, [torch.frombuffer(bytearray(b"tt.dot"), dtype=torch.uint8)])
+
+    class Submission:
+        module_file = "triton_flash.py"
+
+        def __init__(self, data):
+            self._pool = Pool(data)
+
+    monkeypatch.setattr(kernels, "_IR_CACHE", {})
+    monkeypatch.setattr(kernels, "IR_CACHE_SIZE", 3)
+    files = [source + f"\n# {i}\n".encode() for i in range(5)]
+    signature = dict.fromkeys(params, "i32")
+    for data in [*files, files[4], files[0]]:
+        assert kernels.ir(Submission(data), "flash_attention_kernel", signature, {}) == "tt.dot"
+    assert compiled == [*files, files[0]]          # files[4] was kept; files[0], the oldest, was dropped
+    assert len(kernels._IR_CACHE) == 3

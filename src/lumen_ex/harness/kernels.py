@@ -34,7 +34,10 @@ from lumen_ex.harness import kernel_scan, wire_replies
 from lumen_ex.harness.client import LearnerError
 
 MAX_IR_BYTES = 4 * 1024 * 1024
-_IR_CACHE: dict[tuple[str, str, str], str] = {}     # same bytes, same IR: a compile takes about a second
+# Same bytes, same IR: a compile takes about a second, so a process keeps the last IR_CACHE_SIZE
+# (a check server or a grading process sees a file at several seeds; a class has many files).
+IR_CACHE_SIZE = 64
+_IR_CACHE: dict[tuple[str, str, str], str] = {}
 
 
 def _source(submission: Any) -> tuple[bytes, str]:
@@ -131,6 +134,8 @@ def ir(submission: Any, fn: str, signature: dict[str, str], constexprs: dict[str
     if error is not None:
         raise LearnerError(error, reply.output)
     _IR_CACHE[key] = text
+    while len(_IR_CACHE) > IR_CACHE_SIZE:
+        del _IR_CACHE[next(iter(_IR_CACHE))]           # the oldest first
     return text
 
 
