@@ -142,11 +142,12 @@ def check_here(ex: Exercise, workspace: Path, learner_file: Path, launcher: Laun
         if first is not None:
             first.kill()
         return _refused(ex, str(exc), launcher, device=device, seed=seed, started=started, warning=warning)
-    if ex.missing():        # no submission can be graded here: the machine's to fix, not the learner's
+    missing = ex.missing()
+    if missing:             # no submission can be graded here: the machine's to fix, not the learner's
         if first is not None:
             first.kill()
-        return _refused(ex, str(ex.missing()), launcher, device=device, seed=seed, started=started,
-                        warning=warning, status=Status.ERROR)
+        return _refused(ex, missing, launcher, device=device, seed=seed, started=started, warning=warning,
+                        status=Status.ERROR)
 
     if first is None:
         # Before importing torch here, so that the two imports overlap; warm (WorkerSpec.warm): the
