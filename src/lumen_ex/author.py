@@ -15,7 +15,9 @@ Everything an exercise author needs, under stable names (docs/authoring.md walks
   variant to be named as it), ``TOLERANCES`` (per dtype);
 - pictures: ``pictures`` (the heatmap attached to a value failure);
 - the learner's code through the ``submission`` fixture (``submission.call`` returns a ``CallResult``;
-  ``meta`` describes a tensor without copying it); ``LearnerError`` and ``WorkerFailure`` are what a call
+  ``meta`` describes a tensor without copying it; ``Held(value)`` stands for a large argument that
+  every call repeats, such as a model's weights: each worker is sent it once, and each call gets a
+  copy of its own); ``LearnerError`` and ``WorkerFailure`` are what a call
   raises when the learner's code raises, dies, hangs or breaks the protocol; ``note(text)`` leaves a
   note on a passing test's result (float32 rounding, how memory was measured).
 
@@ -64,6 +66,7 @@ from lumen_ex.harness import kernels
 from lumen_ex.harness.client import LearnerError, WorkerFailure
 from lumen_ex.harness.module_calls import ModuleCall, ParameterInfo
 from lumen_ex.harness.proxy import CallResult, meta
+from lumen_ex.sandbox.inside.held import Held
 
 
 class Exercise:
@@ -100,6 +103,6 @@ def exercise(file: str | Path, other: str | None = None) -> Exercise:
     return Exercise(folder)
 
 
-__all__ = ["CallResult", "CheckFailed", "Exercise", "Expected", "GENERIC_MISCONCEPTIONS", "LearnerError",
+__all__ = ["CallResult", "CheckFailed", "Exercise", "Expected", "GENERIC_MISCONCEPTIONS", "Held", "LearnerError",
            "MATCH_TOLERANCE_FLOAT64", "ModuleCall", "ParameterInfo", "TOLERANCES", "Tolerance", "Variant",
            "WorkerFailure", "exercise", "expect", "fail", "inputs", "kernels", "meta", "note", "pictures", "sibling"]

@@ -2,7 +2,7 @@
 
 The worker builds the class, moves it (``.to(dtype)``, ``.to(device)``), loads the harness's
 state_dict strictly, calls it, and sends back the output, the gradients of named parameters and of
-inputs, and a description of ``named_parameters()`` (src/lumen_ex/sandbox/inside/worker.py
+inputs, and a description of ``named_parameters()`` (src/lumen_ex/sandbox/inside/module_call.py
 ``module_instance``; src/lumen_ex/harness/proxy.py ``ModuleCall``). Every failure of the learner's
 module (a constructor that raises, a strict load that misses a name, a hook that raises, a forward
 that returns no tensor, thousands of parameters with huge names) is the submission's: a

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 
 import pytest
@@ -87,6 +88,44 @@ def test_a_request_carries_a_dict_of_tensors_and_a_reply_cannot():
     assert wire.pack({1: torch.zeros(1)}, dicts=True)[0] == {"$object": "builtins.dict"}
 
 
+def test_a_held_value_is_sent_once_then_named_and_each_call_gets_its_own_copy():
+    """A request names a Held value (``{"$held": key}``) instead of carrying it; the worker keeps what
+    it was sent once (held.py) and gives every call a fresh copy, so a call that writes into its
+    argument changes nothing the next call sees. A reply cannot name one, and the store is bounded."""
+    from lumen_ex.sandbox.inside import held
+
+    weights = wire.Held({"w": torch.arange(6.0).reshape(2, 3)})
+    found: list = []
+    tree, tensors = wire.pack((torch.zeros(1), weights), dicts=True, helds=found)
+    assert found == [weights] and tree == {"$tuple": [{"$tensor": 0}, {"$held": weights.key}]} and len(tensors) == 1
+    assert wire.pack(weights, dicts=True)[0] == {"$object": "lumen_ex.sandbox.inside.held.Held"}   # not asked for
+    with pytest.raises(ProtocolError, match="only a request"):
+        wire.unpack(tree, tensors, dicts=True)                       # a reply, or a worker without a resolver
+    sent, sent_tensors = wire.pack(weights.value, dicts=True)
+    ((header, got),) = parse_all(wire.encode_frame({"value": sent}, sent_tensors))
+    held.hold(weights.key, wire.unpack(header["value"], got, dicts=True))
+    fresh = held.resolver(lambda t: t.to("cpu"))
+    first = wire.unpack(tree, tensors, dicts=True, held=fresh)[1]
+    first["w"].mul_(0)                                               # the learner's call writes into it
+    second = wire.unpack(tree, tensors, dicts=True, held=fresh)[1]
+    assert torch.equal(second["w"], torch.arange(6.0).reshape(2, 3))
+    with pytest.raises(KeyError):
+        wire.unpack({"$held": "held-unknown"}, [], dicts=True, held=fresh)
+    saved = dict(held.store)
+    held.store.clear()
+    try:
+        for i in range(held.MAX_HELD):
+            held.hold(f"k{i}", i)
+        held.hold("k0", 5)                                           # a key sent again replaces its value
+        with pytest.raises(ValueError, match="at most"):
+            held.hold("one-more", 0)
+        with pytest.raises(ValueError, match="short string"):
+            held.hold("k" * (held.MAX_KEY + 1), 0)
+    finally:
+        held.store.clear()
+        held.store.update(saved)
+
+
 def test_several_frames_in_one_stream():
     data = b"".join(wire.encode_frame({"id": i}, [torch.full((i + 1,), float(i))]) for i in range(5))
     frames = parse_all(data, chunk=3)
@@ -154,3 +193,20 @@ def test_frames_never_unpickle():
     payload = pickle.dumps({"tensors": []})
     with pytest.raises(ProtocolError):
         parse_all(struct.pack(">I", len(payload)) + payload)
+
+
+def test_a_workers_request_and_reply_pipes_hold_a_megabyte():
+    """A 1.6 MB request (exercise 13's weights, exercise 5's inputs) crosses in two writes, not in
+    sixteen 64 KB rounds (src/lumen_ex/sandbox/base.py PIPE_BYTES); the output pipe keeps its size."""
+    import fcntl
+
+    from lumen_ex.sandbox.base import PIPE_BYTES, WorkerPipes
+
+    pipes = WorkerPipes()
+    try:
+        size = lambda fd: fcntl.fcntl(fd, getattr(fcntl, "F_GETPIPE_SZ", 1032))   # noqa: E731
+        max_size = int(open("/proc/sys/fs/pipe-max-size").read())
+        assert size(pipes.req_w) == size(pipes.rep_w) == min(PIPE_BYTES, max_size) or os.geteuid() != 0
+        assert size(pipes.out_w) < PIPE_BYTES
+    finally:
+        pipes.close()

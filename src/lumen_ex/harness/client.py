@@ -149,6 +149,7 @@ class Worker:
         self.parser = wire.FrameParser()
         self.output = OutputBuffer()
         self.next_id = 1
+        self.holds: set[str] = set()       # the keys of the Held values this worker was sent (held.py)
         self.hello: Hello | None = None
         self.started = time.monotonic()
         self.memory_base: Baseline | None = None   # what it held at hello, before the learner's module (harness/memory.py)
@@ -334,6 +335,16 @@ class WorkerPool:
             self.worker.kill()
             self.worker = None
 
+    def _hold(self, worker: Worker, item: wire.Held, limit: float) -> None:
+        """Send ``item``'s value to ``worker`` once (src/lumen_ex/sandbox/inside/held.py); a worker
+        that does not say it kept it has broken the protocol."""
+        tensors: list[torch.Tensor] = []
+        value = wire.pack(item.value, tensors, dicts=True)[0]
+        reply = worker.request({"op": "hold", "key": item.key, "value": value}, tensors, limit)
+        if reply.header.get("ok") is not True:
+            raise worker._fail(WorkerProtocolError, protocol_message("the worker did not keep a value it was sent"))
+        worker.holds.add(item.key)
+
     def _timeout(self, limit: float) -> float:
         if self.run_deadline is None:
             return limit
@@ -387,17 +398,22 @@ class WorkerPool:
         return worker
 
     def call(self, header: dict[str, Any], tensors: list[torch.Tensor], timeout: float | None = None, *,
-             measure_memory: bool = False) -> Reply:
+             measure_memory: bool = False, helds: Iterable[wire.Held] = ()) -> Reply:
         """One call of a learner function. A function that once did not return within its time
         limit is not called again in this check: the tests that need it are marked at once, so an
-        infinite loop costs one call's time limit, and the other functions' tests still run."""
+        infinite loop costs one call's time limit, and the other functions' tests still run.
+        ``helds``: the Held values the request names, sent first to a worker that lacks them."""
         fn = str(header.get("fn", ""))
         if fn in self.hung:
             raise WorkerTimeout(f"not run: {fn} did not return in an earlier test ({self.hung[fn]})")
         worker = self.ready()
         limit = self._timeout(timeout or self.call_timeout)
-        probe = MemoryProbe(worker.launched, worker.memory_base) if measure_memory else None
+        probe = None
         try:
+            for item in helds:
+                if item.key not in worker.holds:
+                    self._hold(worker, item, limit)
+            probe = MemoryProbe(worker.launched, worker.memory_base) if measure_memory else None
             reply = worker.request(header, tensors, limit)
             if probe is not None:
                 reply.memory, probe = probe.finish(), None

@@ -1,7 +1,7 @@
 """``submission.call(cls, ..., module=ModuleCall(...))``: how the harness asks the worker to build a
 learner's ``nn.Module`` class and call it, and the check of the parameter list the worker sends back.
 
-The worker's side is src/lumen_ex/sandbox/inside/worker.py ``module_instance`` and
+The worker's side is src/lumen_ex/sandbox/inside/module_call.py ``module_instance`` and
 ``describe_parameters``; the rest of the reply (the output, the gradients, parameter gradients by
 name) is decoded with every other call's in src/lumen_ex/harness/proxy.py.
 """
@@ -54,7 +54,7 @@ class ModuleCall:
             raise ValueError(f"a module cannot be sent to {self.dtype}")
 
     def header(self, tensors: list[torch.Tensor]) -> dict[str, Any]:
-        """The request's "module" field (src/lumen_ex/sandbox/inside/worker.py module_instance)."""
+        """The request's "module" field (src/lumen_ex/sandbox/inside/module_call.py module_instance)."""
         out: dict[str, Any] = {
             "init_args": wire.pack(tuple(self.init_args), tensors)[0],
             "init_kwargs": {k: wire.pack(v, tensors)[0] for k, v in self.init_kwargs.items()},
@@ -78,7 +78,7 @@ class ParameterInfo:
 
 
 def checked_parameters(listing: Any) -> tuple[list[ParameterInfo], int]:
-    """A module's named parameters as the worker describes them (worker.py describe_parameters):
+    """A module's named parameters as the worker describes them (module_call.py describe_parameters):
     at most MAX_TENSORS entries of [name, shape, dtype], and their count in all."""
     require(isinstance(listing, dict) and isinstance(listing.get("list"), list)
              and type(listing.get("count")) is int, "the module's parameter list is missing or malformed")

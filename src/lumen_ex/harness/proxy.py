@@ -192,10 +192,12 @@ class LearnerModule:
         self._require(fn)
         describe = (lambda t: {"noncontiguous": True}) if noncontiguous else None
         tensors: list[torch.Tensor] = []
+        helds: list[wire.Held] = []       # sent to the worker once, then named (author.held)
         header: dict[str, Any] = {
             "op": "call", "fn": fn, "device": device or self.device,
-            "args": wire.pack(tuple(args), tensors, describe=describe, dicts=True)[0],
-            "kwargs": {k: wire.pack(v, tensors, describe=describe, dicts=True)[0] for k, v in kwargs.items()},
+            "args": wire.pack(tuple(args), tensors, describe=describe, dicts=True, helds=helds)[0],
+            "kwargs": {k: wire.pack(v, tensors, describe=describe, dicts=True, helds=helds)[0]
+                       for k, v in kwargs.items()},
         }
         param_grads = module.param_grads if module is not None else ()
         if module is not None:
@@ -212,7 +214,7 @@ class LearnerModule:
         if launch is not None:
             header["launch"] = {"grid": [int(g) for g in launch]}
         try:
-            reply = self._pool.call(header, tensors, timeout, measure_memory=measure_memory)
+            reply = self._pool.call(header, tensors, timeout, measure_memory=measure_memory, helds=helds)
         except Exception as exc:
             self.outputs.append(getattr(exc, "output", "") or "")
             raise

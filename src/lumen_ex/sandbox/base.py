@@ -14,6 +14,7 @@ at all); the protocol, the limits and the verdicts are the same whichever one ra
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -34,10 +35,11 @@ if TYPE_CHECKING:
     from lumen_ex.core.catalog import Exercise
 
 # The files of lumen_ex/sandbox/inside a worker runs from (the folder is bound whole, read-only): the
-# worker with its layer against forbidden APIs and its work counter (forbid.py, work_counter.py), the
-# wire format, and the zygote that forks workers with its system calls (zygote.py, confine.py).
-WORKER_FILES = ("worker.py", "forbid.py", "work_counter.py", "kernels.py", "wire.py", "wire_limits.py", "wire_decode.py",
-                "zygote.py", "confine.py")
+# worker with its layer against forbidden APIs and its work counter (forbid.py, work_counter.py), its
+# nn.Module calls, held values and Triton kernels (module_call.py, held.py, kernels.py), the wire
+# format, and the zygote that forks workers with its system calls (zygote.py, confine.py).
+WORKER_FILES = ("worker.py", "forbid.py", "work_counter.py", "module_call.py", "held.py", "kernels.py", "wire.py",
+                "wire_limits.py", "wire_decode.py", "zygote.py", "confine.py")
 # The environment a worker sees: nothing from the host, one thread, a private home.
 WORKER_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -266,6 +268,20 @@ class Launcher(Backend):
                                cmd.cleanup)
 
 
+# Bytes a request or reply pipe holds: a frame of a megabyte or two (exercise 5's inputs at L = 4096)
+# then crosses in one or two writes instead of sixteen 64 KB rounds, each waiting for the other side.
+# Linux's default cap for a user (/proc/sys/fs/pipe-max-size) is 1 MiB; where it is refused the
+# pipe keeps its size, and only time changes.
+PIPE_BYTES = 1 << 20
+
+
+def widen_pipe(fd: int) -> None:
+    try:
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+    except OSError:
+        pass
+
+
 class WorkerPipes:
     """The three pipes between the harness and one worker: requests in, replies out, and its
     output (stdout and stderr). The worker's ends are ``theirs``; :meth:`hand_over` closes them here
@@ -275,6 +291,8 @@ class WorkerPipes:
         self.req_r, self.req_w = os.pipe()
         self.rep_r, self.rep_w = os.pipe()
         self.out_r, self.out_w = os.pipe()
+        for fd in (self.req_w, self.rep_w):
+            widen_pipe(fd)
 
     @property
     def theirs(self) -> tuple[int, int, int]:

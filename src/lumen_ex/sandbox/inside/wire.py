@@ -9,6 +9,7 @@ travel as a small JSON tree in which tensors are references into that list:
     {"$float": "nan"}            a non-finite float
     {"$device": "cuda:0"}        a torch.device (requests only)
     {"$dict": {"name": ...}}     a dict with string keys (requests only: a model's weights)
+    {"$held": "held-0"}          a value the worker was sent once before (requests only: held.py)
     {"$object": "builtins.dict"} anything else a worker returned, described by its type only
 
 This module is shared verbatim by both sides, so it imports only the standard library, torch and
@@ -37,6 +38,7 @@ import os
 
 import torch
 
+from .held import Held
 from .wire_decode import (
     INT_LIMIT,
     FrameParser,
@@ -77,6 +79,8 @@ if TYPE_CHECKING:
 __all__ = [
     # this module's own
     "encode_frame", "pack", "tensor_spec", "write_all",
+    # re-exported from held.py
+    "Held",
     # re-exported from wire_decode.py
     "INT_LIMIT", "FrameParser", "build_tensor", "check_device_tag", "header_length", "is_meta_spec",
     "loads_header", "parse_header", "read_frame_blocking", "unpack",
@@ -126,21 +130,24 @@ def write_all(fd: int, data: bytes) -> None:
 
 
 def pack(value: object, tensors: list[torch.Tensor] | None = None, *,
-         describe: Describe | None = None, dicts: bool = False) -> tuple[object, list[torch.Tensor]]:
+         describe: Describe | None = None, dicts: bool = False,
+         helds: list[Held] | None = None) -> tuple[object, list[torch.Tensor]]:
     """Turn a Python value into a JSON tree, appending its tensors to ``tensors``.
 
     ``describe(t)`` may return extra advisory fields to store beside a tensor reference
     (the worker reports each returned tensor's device, Python type and autograd state).
     ``dicts``: send a dict with string keys as a dict (the harness's requests); otherwise, as in
     every reply, a dict is described by its type only.
+    ``helds``: in a request, each :class:`Held` becomes ``{"$held": key}`` and is appended here (the
+    harness makes sure the worker holds it before the request goes); otherwise it is an object.
     """
     if tensors is None:
         tensors = []
-    return _pack(value, tensors, describe, 0, dicts), tensors
+    return _pack(value, tensors, describe, 0, dicts, helds), tensors
 
 
 def _pack(value: object, tensors: list[torch.Tensor], describe: Describe | None, depth: int,
-          dicts: bool = False) -> object:
+          dicts: bool = False, helds: list[Held] | None = None) -> object:
     if depth > MAX_DEPTH:
         return {"$object": "nested too deeply"}
     if isinstance(value, torch.Tensor):
@@ -165,9 +172,12 @@ def _pack(value: object, tensors: list[torch.Tensor], describe: Describe | None,
         key = "$tuple" if type(value) is tuple else "$list"
         if len(value) > MAX_TENSORS:
             return {"$object": f"{type(value).__name__} of length {len(value)}"}
-        return {key: [_pack(v, tensors, describe, depth + 1, dicts) for v in value]}
+        return {key: [_pack(v, tensors, describe, depth + 1, dicts, helds) for v in value]}
     if dicts and type(value) is dict and len(value) <= MAX_TENSORS and all(
             type(k) is str and len(k) <= MAX_PARAM_NAME for k in value):
-        return {"$dict": {k: _pack(v, tensors, describe, depth + 1, dicts) for k, v in value.items()}}
+        return {"$dict": {k: _pack(v, tensors, describe, depth + 1, dicts, helds) for k, v in value.items()}}
+    if helds is not None and type(value) is Held:
+        helds.append(value)
+        return {"$held": value.key}
     cls = type(value)
     return {"$object": f"{cls.__module__}.{cls.__qualname__}"[:200]}

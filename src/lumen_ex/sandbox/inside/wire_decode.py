@@ -165,16 +165,19 @@ def check_device_tag(tag: object, allowed: frozenset[str] | None = None) -> str:
     return tag
 
 
-_MARKERS = ("$tensor", "$tuple", "$list", "$float", "$device", "$object", "$dict")
+_MARKERS = ("$tensor", "$tuple", "$list", "$float", "$device", "$object", "$dict", "$held")
 
 
 def unpack(tree: object, tensors: list[torch.Tensor], *, on_tensor: OnTensor | None = None,
-           devices: frozenset[str] | None = None, depth: int = 0, dicts: bool = False) -> Any:
+           devices: frozenset[str] | None = None, depth: int = 0, dicts: bool = False,
+           held: Callable[[str], Any] | None = None) -> Any:
     """Rebuild a value from a JSON tree; every tensor reference must be in range.
 
     ``on_tensor(t, ref)`` may wrap or annotate each tensor with the advisory fields of its ref
     (raising ProtocolError for a bad one). ``devices``: the device types a ``$device`` may name.
     ``dicts``: accept ``$dict`` (the worker reading the harness's request); a reply never has one.
+    ``held(key)``: the value of a ``$held`` (the worker's copy of what it was sent once, held.py);
+    without it, as in every reply, a ``$held`` is a ProtocolError.
     """
     if depth > MAX_DEPTH:
         raise ProtocolError("value nested too deeply")
@@ -193,14 +196,19 @@ def unpack(tree: object, tensors: list[torch.Tensor], *, on_tensor: OnTensor | N
     if isinstance(tree, dict):
         keys = [k for k in _MARKERS if k in tree]
         if len(keys) == 1 and (keys[0] == "$tensor" or len(tree) == 1):
-            return _unpack_marked(keys[0], tree, tensors, on_tensor, devices, depth, dicts)
+            return _unpack_marked(keys[0], tree, tensors, on_tensor, devices, depth, dicts, held)
     raise ProtocolError("value is not a valid tree")
 
 
 def _unpack_marked(key: str, tree: dict[str, Any], tensors: list[torch.Tensor], on_tensor: OnTensor | None,
-                   devices: frozenset[str] | None, depth: int, dicts: bool) -> Any:
+                   devices: frozenset[str] | None, depth: int, dicts: bool,
+                   held: Callable[[str], Any] | None = None) -> Any:
     """One ``{"$kind": ...}`` node of a tree (see wire's docstring)."""
     item = tree[key]
+    if key == "$held":
+        if held is None or type(item) is not str:
+            raise ProtocolError("only a request can name a held value")
+        return held(item)
     if key == "$tensor":
         if type(item) is not int or not 0 <= item < len(tensors):
             raise ProtocolError("tensor reference out of range")
@@ -209,15 +217,16 @@ def _unpack_marked(key: str, tree: dict[str, Any], tensors: list[torch.Tensor], 
         if not isinstance(item, list) or len(item) > MAX_TENSORS:
             raise ProtocolError(f"{key} is not a list of at most {MAX_TENSORS} items")
         kind = tuple if key == "$tuple" else list
-        return kind(unpack(v, tensors, on_tensor=on_tensor, devices=devices, depth=depth + 1, dicts=dicts)
-                    for v in item)
+        return kind(unpack(v, tensors, on_tensor=on_tensor, devices=devices, depth=depth + 1, dicts=dicts,
+                           held=held) for v in item)
     if key == "$dict":
         if not dicts:
             raise ProtocolError("a reply cannot carry a $dict")
         if not isinstance(item, dict) or len(item) > MAX_TENSORS or any(len(k) > MAX_PARAM_NAME for k in item):
             raise ProtocolError(f"$dict is not a mapping of at most {MAX_TENSORS} short names")
         return {clean_text(k, MAX_PARAM_NAME): unpack(v, tensors, on_tensor=on_tensor, devices=devices,
-                                                      depth=depth + 1, dicts=dicts) for k, v in item.items()}
+                                                      depth=depth + 1, dicts=dicts, held=held)
+                for k, v in item.items()}
     if key == "$float":
         if type(item) is not str or item not in ("nan", "inf", "-inf"):
             raise ProtocolError("bad $float")

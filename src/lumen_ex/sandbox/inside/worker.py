@@ -19,7 +19,9 @@ Protocol, after the worker says hello:
                 "describe": true},
      "grad": {"wrt": [0], "seeds": [...], "params": ["q_proj.weight", ...]}}
 
-A call with "module" builds the named nn.Module class first (module_instance) and calls one of its
+    {"id": 4, "op": "hold", "key": "held-0", "value": {"$dict": {...}}}     (then "$held" in a call: held.py)
+
+A call with "module" builds the named nn.Module class first (module_call.py) and calls one of its
 methods; "grad"'s "params" asks for the gradients of named parameters as well (by name, in that order).
 """
 
@@ -42,9 +44,9 @@ if TYPE_CHECKING:
 
     import torch
 
-    from . import forbid, wire, work_counter
+    from . import forbid, held, wire, work_counter
 else:
-    wire = forbid = work_counter = torch = None  # imported in prepare(), once the extra site folders are on sys.path
+    wire = forbid = work_counter = held = torch = None  # imported in prepare(), once the extra site folders are on sys.path
 
 LEARNER_DIRS: list[str] = []
 
@@ -101,8 +103,9 @@ def prepare(extra_sites: list[str], warm: bool) -> None:
     """Import the wire format and torch (and, when ``warm``, its meta kernels): all a worker does
     before it knows its learner. The zygote (zygote.py) does it once and forks workers from there."""
     sys.path.extend(extra_sites)
-    global wire, forbid, work_counter, torch
+    global wire, forbid, work_counter, held, torch
     wire = _wire_module()
+    held = importlib.import_module(f"{PACKAGE}.held")       # held.py: values sent once, then named
     forbid = importlib.import_module(f"{PACKAGE}.forbid")   # forbid.py: the worker's layer against forbidden APIs
     work_counter = importlib.import_module(f"{PACKAGE}.work_counter")   # work_counter.py: a call's count_ops
     import torch
@@ -165,6 +168,9 @@ def serve(req_fd: int, rep_fd: int) -> int:
             if op == "load":
                 module, reply, out = load(header, tensors), {"ok": True}, []
                 reply["functions"] = describe_functions(module, header.get("functions", []))
+            elif op == "hold":
+                held.hold(header.get("key"), wire.unpack(header.get("value"), tensors, dicts=True))
+                reply, out = {"ok": True}, []
             elif op == "call" or op == "kernel_ir":
                 if module is None:
                     raise RuntimeError("no module loaded")
@@ -266,8 +272,9 @@ def call(module: types.ModuleType, header: dict[str, Any],
                 t = torch.stack([t, t], dim=-1)[..., 0]
         return t
 
-    args = list(wire.unpack(header.get("args", {"$list": []}), placed, on_tensor=place, dicts=True))
-    kwargs = {str(k): wire.unpack(v, placed, on_tensor=place, dicts=True)
+    fresh = held.resolver(lambda t: t.to(device))         # a $held: this call's own copy, on its device
+    args = list(wire.unpack(header.get("args", {"$list": []}), placed, on_tensor=place, dicts=True, held=fresh))
+    kwargs = {str(k): wire.unpack(v, placed, on_tensor=place, dicts=True, held=fresh)
               for k, v in dict(header.get("kwargs", {})).items()}
     grad = header.get("grad")
     if grad:
@@ -279,7 +286,7 @@ def call(module: types.ModuleType, header: dict[str, Any],
     instance = None
     fn = _kernels().launcher(fn, header["launch"]) if header.get("launch") else fn   # a Triton kernel, on its grid
     if spec is not None:     # an nn.Module class: built, moved and loaded as asked, then one method called
-        instance = module_instance(fn, spec, tensors, device)
+        instance = _module_call().module_instance(fn, spec, tensors, device)
         method = spec.get("method", "__call__")
         fn = (lambda *a, **k: None) if method is None else getattr(instance, str(method))   # None: built only
     if counter is not None:
@@ -296,7 +303,7 @@ def call(module: types.ModuleType, header: dict[str, Any],
     if counter is not None:
         reply["ops"] = counter.summary()
     if spec is not None and spec.get("describe"):
-        reply["params"] = describe_parameters(instance)
+        reply["params"] = _module_call().describe_parameters(instance)
     if grad:
         named = dict(instance.named_parameters()) if instance is not None and grad.get("params") else {}
         params = [named.get(str(name)) for name in grad.get("params", [])]
@@ -311,36 +318,8 @@ def _kernels() -> types.ModuleType:   # kernels.py: only for kernel exercises
     return importlib.import_module(f"{PACKAGE}.kernels")
 
 
-def module_instance(cls: Any, spec: dict[str, Any], tensors: list[torch.Tensor], device: torch.device) -> Any:
-    """The learner's nn.Module class built as the harness asks (src/lumen_ex/harness/proxy.py
-    ModuleCall): ``cls(*init_args, **init_kwargs)``, ``.to(dtype)`` when asked, ``.to(device)``, then
-    ``load_state_dict(state, strict=True)`` with the harness's tensors when sent. Whatever raises on
-    the way (a constructor refusing its sizes, a strict load that misses a name) is the learner's."""
-    init_args = wire.unpack(spec.get("init_args", {"$tuple": []}), tensors)
-    init_kwargs = {str(k): wire.unpack(v, tensors) for k, v in dict(spec.get("init_kwargs", {})).items()}
-    instance = cls(*init_args, **init_kwargs)
-    if spec.get("dtype"):
-        instance = instance.to(wire.DTYPES[str(spec["dtype"])])
-    instance = instance.to(device)
-    state = spec.get("state")
-    if state is not None:
-        values = wire.unpack(state["values"], tensors)
-        instance.load_state_dict(dict(zip((str(n) for n in state["names"]), values)), strict=True)
-    return instance
-
-
-def describe_parameters(instance: Any) -> dict[str, object]:
-    """``named_parameters()`` as names, shapes and dtypes: the first MAX_TENSORS, each name cut to
-    MAX_PARAM_NAME characters, and how many there are in all (a hint for the suite, never a proof)."""
-    listed: list[object] = []
-    count = 0
-    for name, p in instance.named_parameters():
-        count += 1
-        if count <= wire.MAX_TENSORS:
-            shape = [int(d) for d in p.shape][:wire.MAX_DIMS]
-            listed.append([wire.clean_text(str(name), wire.MAX_PARAM_NAME), shape,
-                           wire.DTYPE_NAMES.get(p.dtype, "other")])
-    return {"count": count, "list": listed}
+def _module_call() -> types.ModuleType:   # module_call.py: only for calls of an nn.Module class
+    return importlib.import_module(f"{PACKAGE}.module_call")
 
 
 def gradients(result: object, inputs: list[torch.Tensor], seeds: list[object], placed: list[torch.Tensor],
