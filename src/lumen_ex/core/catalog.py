@@ -8,6 +8,7 @@ problem with a fix; ``lumen-ex dev check`` runs it and then grades the stub, the
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,7 +19,16 @@ from lumen_ex.core import forbidden as forbidden_apis
 from lumen_ex.core.errors import CatalogError, UnknownExercise
 from lumen_ex.core.forbidden import ForbiddenAPI
 from lumen_ex.core.limits import Limits
-from lumen_ex.core.packs import BUILTIN_NAME, EXERCISE_FILE, Pack, builtin_root, discover, read_pack, read_toml
+from lumen_ex.core.packs import (
+    BUILTIN_NAME,
+    EXERCISE_FILE,
+    Pack,
+    builtin_root,
+    discover,
+    parse_toml,
+    read_pack,
+    read_raw,
+)
 
 FORMAT_VERSION = 1
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")   # Gradescope's four
@@ -106,8 +116,11 @@ class Exercise:
         import importlib.util
 
         if self.kernel and importlib.util.find_spec(self.kernel) is None:
-            return (f"{self.kernel.capitalize()} is not installed here: add it with "
-                    f".venv/bin/pip install 'lumen-ex[{self.kernel}]' (README.md of exercise {self.number})")
+            # Said where the check runs: a learner's venv, or a grader image built where the package
+            # was not installed (src/lumen_ex/image/tag.py kernel_packages); one sentence fits both.
+            return (f"{self.kernel.capitalize()} is not installed where exercise {self.number} is graded: "
+                    f"add it with pip install 'lumen-ex[{self.kernel}]' (the exercise's README.md), or in a grader "
+                    f"image, build the image where it is installed (docs/docker.md)")
         return None
 
     def summary(self) -> dict[str, Any]:
@@ -201,15 +214,31 @@ def load_pack(root: Path) -> Catalog:
     return from_packs([read_pack(root, builtin=Path(root).resolve() == builtin_root().resolve())])
 
 
+# Exercises already built, by everything they are built from: the pack (its fields and its forbidden
+# APIs), the folder and the manifest's bytes. The catalogue is read several times per check (a
+# grading process reads it for every submission), and building its exercises again from the same
+# bytes was most of that time. Bounded: cleared when full.
+_BUILT: dict[tuple[Pack, str, str, bytes], Exercise] = {}
+BUILT_EXERCISES = 512
+
+
 def pack_exercises(pack: Pack) -> list[Exercise]:
     out = []
+    apis = json.dumps(pack.forbidden_apis, sort_keys=True, default=repr)
     for folder in pack.folders:
         path = pack.root / folder / EXERCISE_FILE
-        entry = read_toml(path, "exercise manifest")
-        try:
-            out.append(_exercise(entry, folder, pack))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CatalogError(f"{path} is malformed: {exc!r}", "See docs/authoring.md") from None
+        raw = read_raw(path, "exercise manifest")
+        key = (pack, apis, folder, raw)
+        ex = _BUILT.get(key)
+        if ex is None:
+            try:
+                ex = _exercise(parse_toml(raw, path, "exercise manifest"), folder, pack)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise CatalogError(f"{path} is malformed: {exc!r}", "See docs/authoring.md") from None
+            if len(_BUILT) >= BUILT_EXERCISES:
+                _BUILT.clear()
+            _BUILT[key] = ex
+        out.append(ex)
     return out
 
 

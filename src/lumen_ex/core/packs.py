@@ -86,15 +86,29 @@ def add_to_path(folders: Iterable[str | os.PathLike[str]]) -> None:
 
 def read_toml(path: Path, what: str) -> dict[str, Any]:
     """A manifest, read with a size cap; a CatalogError that names the file otherwise."""
+    return copy.deepcopy(parse_toml(read_raw(path, what), path, what))
+
+
+def read_raw(path: Path, what: str) -> bytes:
+    """A manifest's bytes, read with a size cap; a CatalogError that names the file otherwise."""
     try:
         with open(path, "rb") as f:
             raw = f.read(MANIFEST_BYTES + 1)
-        if len(raw) > MANIFEST_BYTES:
-            raise CatalogError(f"{path} is over {MANIFEST_BYTES // 1024} KiB", f"Shorten the {what}")
-        return copy.deepcopy(_parsed(raw))
     except FileNotFoundError:
         raise CatalogError(f"{path} is missing", f"Add the {what} (docs/authoring.md)") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except OSError as exc:
+        raise CatalogError(f"cannot read the {what} {path}: {exc}", f"Fix {path.name}") from None
+    if len(raw) > MANIFEST_BYTES:
+        raise CatalogError(f"{path} is over {MANIFEST_BYTES // 1024} KiB", f"Shorten the {what}")
+    return raw
+
+
+def parse_toml(raw: bytes, path: Path, what: str) -> dict[str, Any]:
+    """``raw`` parsed, shared with every other reader of the same bytes: read it, never change it
+    (:func:`read_toml` gives a copy of one's own)."""
+    try:
+        return _parsed(raw)
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise CatalogError(f"cannot read the {what} {path}: {exc}", f"Fix {path.name}") from None
 
 
@@ -102,7 +116,7 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
 def _parsed(raw: bytes) -> dict[str, Any]:
     """A manifest's bytes, parsed: remembered by those bytes (by content, never by path or date), since
     the catalogue is read about twice per check and parsing its manifests was a third of a warm
-    grading process's own CPU time. Callers get a copy (:func:`read_toml`)."""
+    grading process's own CPU time."""
     return tomllib.loads(raw.decode("utf-8"))
 
 
