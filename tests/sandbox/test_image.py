@@ -69,6 +69,22 @@ def test_hash_covers_what_the_container_runs():
     assert image.default_ref().startswith(f"{image.REPOSITORY}:{__version__}-")
 
 
+def test_the_kernel_packages_installed_here_name_the_image(monkeypatch):
+    """With Triton installed here, the image gets it (build.py asks the wheelhouse for it) and an
+    image without it has another tag: exercise 14 is never sent to an image that cannot grade it."""
+    files = image.package_files()
+    with_triton, without = image.content_hash(files, {"triton": "3.9.0"}), image.content_hash(files, {})
+    assert with_triton != without and with_triton != image.content_hash(files, {"triton": "3.9.1"})
+    assert image.content_hash(files) == image.content_hash(files, image.kernel_packages())
+    monkeypatch.setattr("importlib.metadata.version", lambda name: "3.9.0+local" if name == "triton" else "1")
+    assert image.kernel_packages() == {"triton": "3.9.0"}
+
+    def absent(name):
+        raise __import__("importlib.metadata").metadata.PackageNotFoundError(name)
+    monkeypatch.setattr("importlib.metadata.version", absent)
+    assert image.kernel_packages() == {}
+
+
 def test_wheelhouse_requests(monkeypatch):
     reqs = image_build.requirements()
     names = {re.match(r"[A-Za-z0-9_.-]+", r).group(0).lower() for r in reqs}
@@ -121,6 +137,7 @@ def test_built_image_is_this_lumen_ex():
     assert state.ok
     assert state.labels[image.CONTENT_LABEL] == image.content_hash()
     assert state.labels[image.VERSION_LABEL] == __version__
+    assert state.labels[image.KERNELS_LABEL] == " ".join(f"{n}=={v}" for n, v in sorted(image.kernel_packages().items()))
     image_build.smoke_test(state.ref, state.content)
 
 

@@ -5,8 +5,9 @@ In Triton's interpreter a kernel is Python running in the worker, so the grader 
 allow-list (src/lumen_ex/harness/kernel_scan.py) checked on the exact bytes the worker imports, and
 launches the kernel itself (src/lumen_ex/harness/kernels.py). Each file in tests/corpus/kernel_cheats
 is one way around that: it must score 0 on every test that launches or compiles the kernel, with the
-forbidden diagnosis "cannot be verified" naming its line. Under docker: not yet, the grader image has
-no Triton (issue "Capstone and Triton" says what remains); these run under bwrap.
+forbidden diagnosis "cannot be verified" naming its line. They are graded under bwrap (a worker forked
+from the session's zygote) and under docker (a container of the grader image, which has Triton when it
+is installed here: src/lumen_ex/image/tag.py ``kernel_packages``; the whole check runs inside it).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import requires_bwrap
+from docker_support import docker_param
 
 from lumen_ex.core import catalog
 from lumen_ex.core.results import Status
@@ -37,13 +39,17 @@ def test_the_scan_names_each_cheat_with_its_line(path):
     assert found and all(f.startswith("line ") for f in found), found
 
 
-@requires_bwrap
+BACKENDS = [pytest.param("bwrap", marks=requires_bwrap, id="bwrap"), docker_param("docker")]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.slow
 @pytest.mark.skipif(EXERCISE.missing() is not None, reason="Triton is not installed here")
-def test_every_cheat_scores_nothing_and_is_refused_on_every_test(grade):
-    """Over 30 s: 7 files, each a grading in the interpreter's worker (the IR test starts a second one)."""
+def test_every_cheat_scores_nothing_and_is_refused_on_every_test(grade, backend):
+    """Over 30 s: 7 files, each a grading in the interpreter's worker (under docker, a container each)."""
     for path in CHEATS:
-        result = grade(14, path.read_text(), seed=3)
+        result = grade(14, path.read_text(), seed=3, sandbox=None if backend == "bwrap" else backend)
+        assert result.sandbox.backend == backend
         assert result.status is Status.FAIL and result.score == 0, (path.name, result.score)
         graded = [t for t in result.tests if t.status is not Status.SKIPPED]
         assert graded and all(t.diagnosis is not None and t.diagnosis.kind == "forbidden" for t in graded), (
@@ -144,3 +150,35 @@ def test_the_ir_kept_per_file_is_bounded(monkeypatch):
         assert kernels.ir(Submission(data), "flash_attention_kernel", signature, {}) == "tt.dot"
     assert compiled == [*files, files[0]]          # files[4] was kept; files[0], the oldest, was dropped
     assert len(kernels._IR_CACHE) == 3
+
+
+@pytest.mark.skipif(EXERCISE.missing() is not None, reason="Triton is not installed here")
+@pytest.mark.slow
+def test_the_first_stage_alone_makes_the_ttir_of_a_whole_compile(monkeypatch, tmp_path):
+    """The worker stops a kernel's compile after its first stage (src/lumen_ex/sandbox/inside/kernels.py
+    ``first_stage``): the TTIR it reads is the one ``triton.compile`` makes, for the reference and for
+    a file whose loop runs past the diagonal (a whole compile runs ptxas: a few seconds)."""
+    import importlib.util
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from lumen_ex.sandbox.inside import kernels as inside
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    files = [REFERENCE, next(p for p in EXERCISE.corpus_dir.glob("buggy/*.py") if "future" in p.name)]
+    for i, path in enumerate(files):
+        spec = importlib.util.spec_from_file_location(f"kernel_file_{i}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        fn = module.flash_attention_kernel
+        params = list(fn.arg_names)
+        signature = {**{p: "*fp32" for p in params[:5]}, **{p: "i32" for p in params[5:16]}, "scale": "fp32",
+                     **{p: "constexpr" for p in params[17:]}}
+        constexprs = {(params.index(k),): v for k, v in {"D": 16, "BLOCK_M": 32, "BLOCK_N": 32, "CAUSAL": True}.items()}
+        target = GPUTarget(*inside.TARGET)
+        first = inside.first_stage(ASTSource(fn=fn, signature=signature, constexprs=constexprs), target)
+        whole = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs), target=target)
+        assert first == str(whole.asm["ttir"]) and "tt.dot" in first, path.name

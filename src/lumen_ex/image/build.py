@@ -9,7 +9,9 @@ Steps, each reported to a ``progress(phase, step, total)`` callback (the CLI dra
    holds exactly the code whose hash names it, whether lumen-ex was installed normally or in
    editable mode);
 2. **wheelhouse**: ``pip download`` on the host fetches torch (``--torch``, default: the version
-   installed here) and lumen-ex's other dependencies, for Python 3.11 on this platform;
+   installed here) and lumen-ex's other dependencies, for Python 3.11 on this platform, and the
+   kernel exercises' optional packages installed here (Triton, with ``lumen-ex[triton]``: about
+   300 MB more to download and 1 GB more in the image; tag.py ``kernel_packages``);
 3. **context**: src/lumen_ex/image/grader.Dockerfile and the wheelhouse, in a temporary folder;
 4. **docker build** with no network (pip inside installs only from the wheelhouse), tagged
    ``lumen-ex-grader:<version>-<hash>`` and labelled with the hash, the version and torch's;
@@ -88,7 +90,8 @@ def build(*, base: str = image.DEFAULT_BASE, tag: str | None = None, torch: str 
     if not eng.running:
         raise SandboxUnavailable(f"cannot build the grader image: {eng.reason}", engine_mod.INSTALL)
     files = image.package_files()
-    content = image.content_hash(files)
+    kernels = image.kernel_packages()      # Triton, when installed here: the image gets it too (tag.py)
+    content = image.content_hash(files, kernels)
     ref = image.default_ref(content)
     tags = [ref] + ([tag] if tag and tag != ref else [])
     work = Path(tempfile.mkdtemp(prefix="lumen-ex-image-")) if keep is None else keep
@@ -99,12 +102,14 @@ def build(*, base: str = image.DEFAULT_BASE, tag: str | None = None, torch: str 
         progress("wheelhouse", None, None)
         deps = work / "wheelhouse" / "deps"
         torch_spec = torch or default_torch_spec()
-        download_wheels(deps, [torch_spec, *requirements()], index_url=index_url)
+        kernel_specs = [f"{name}=={version}" for name, version in sorted(kernels.items())]
+        download_wheels(deps, [torch_spec, *requirements(), *kernel_specs], index_url=index_url)
         torch_version = _torch_in(deps)
         progress("context", None, None)
         shutil.copyfile(dockerfile_path(), work / "Dockerfile")
         labels = {image.CONTENT_LABEL: content, image.VERSION_LABEL: __version__,
-                  image.TORCH_LABEL: torch_version, "org.lumen-ex.base": base}
+                  image.TORCH_LABEL: torch_version, image.KERNELS_LABEL: " ".join(kernel_specs),
+                  "org.lumen-ex.base": base}
         docker_build(work, base=base, tags=tags, labels=labels, progress=progress)
         progress("smoke test", None, None)
         smoke_test(ref, content)

@@ -14,11 +14,13 @@ Building the image lives in src/lumen_ex/image/build.py; this module only answer
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lumen_ex import __version__
+from lumen_ex.core.catalog import KERNEL_LANGUAGES
 from lumen_ex.core.packs import Pack, extra_packs
 
 REPOSITORY = "lumen-ex-grader"
@@ -26,6 +28,7 @@ IMAGE_ENV = "LUMEN_EX_IMAGE"                # use this image reference instead o
 CONTENT_LABEL = "org.lumen-ex.content"
 VERSION_LABEL = "org.lumen-ex.version"
 TORCH_LABEL = "org.lumen-ex.torch"
+KERNELS_LABEL = "org.lumen-ex.kernel-packages"   # "triton==3.9.0", or "" (kernel_packages())
 LOCAL_BASE = "lumen-base:bookworm"         # what `lumen-ex image base` makes
 DEFAULT_BASE = "python:3.11-slim"
 SKIPPED_SUFFIXES = (".pyc", ".pyo")
@@ -67,11 +70,27 @@ def pack_files(pack: Pack) -> dict[str, Path]:
     return files
 
 
-def content_hash(files: dict[str, Path] | None = None) -> str:
-    """SHA-256 over the package's file names and contents (hex)."""
+def kernel_packages() -> dict[str, str]:
+    """The optional packages of kernel exercises installed here, name -> version (``{"triton":
+    "3.9.0"}`` after ``pip install 'lumen-ex[triton]'``; {} without). The image gets the same ones
+    (build.py), and they are part of its content hash: with Triton installed here, an image built
+    without it has another tag, so exercise 14 is never sent to an image that cannot grade it."""
+    found = {}
+    for name in KERNEL_LANGUAGES:
+        try:
+            found[name] = importlib.metadata.version(name).split("+")[0]
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def content_hash(files: dict[str, Path] | None = None, kernels: dict[str, str] | None = None) -> str:
+    """SHA-256 over the package's file names and contents and the kernel packages (hex)."""
     digest = hashlib.sha256()
     for name, path in (files if files is not None else package_files()).items():
         digest.update(name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    for name, version in sorted((kernel_packages() if kernels is None else kernels).items()):
+        digest.update(f"kernel-package {name}=={version}".encode() + b"\0")
     return digest.hexdigest()
 
 
