@@ -6,8 +6,9 @@ allow-list (src/lumen_ex/harness/kernel_scan.py) checked on the exact bytes the 
 launches the kernel itself (src/lumen_ex/harness/kernels.py). Each file in tests/corpus/kernel_cheats
 is one way around that: it must score 0 on every test that launches or compiles the kernel, with the
 forbidden diagnosis "cannot be verified" naming its line. They are graded under bwrap (a worker forked
-from the session's zygote) and under docker (a container of the grader image, which has Triton when it
-is installed here: src/lumen_ex/image/tag.py ``kernel_packages``; the whole check runs inside it).
+from the session's zygote) and under docker (workers forked in a grading slot of the grader image,
+which has Triton when it is installed here: src/lumen_ex/image/tag.py ``kernel_packages``); a check
+whose harness runs inside a container grades the reference in tests/sandbox/test_docker_backend.py.
 """
 
 from __future__ import annotations
@@ -46,17 +47,30 @@ BACKENDS = [pytest.param("bwrap", marks=requires_bwrap, id="bwrap"), docker_para
 @pytest.mark.slow
 @pytest.mark.skipif(EXERCISE.missing() is not None, reason="Triton is not installed here")
 def test_every_cheat_scores_nothing_and_is_refused_on_every_test(grade, backend):
-    """Over 30 s: 7 files, each a grading in the interpreter's worker (under docker, a container each)."""
-    for path in CHEATS:
-        result = grade(14, path.read_text(), seed=3, sandbox=None if backend == "bwrap" else backend)
-        assert result.sandbox.backend == backend
-        assert result.status is Status.FAIL and result.score == 0, (path.name, result.score)
-        graded = [t for t in result.tests if t.status is not Status.SKIPPED]
-        assert graded and all(t.diagnosis is not None and t.diagnosis.kind == "forbidden" for t in graded), (
-            path.name, [(t.id, t.diagnosis and t.diagnosis.kind) for t in graded])
-        assert all("cannot be verified" in t.diagnosis.summary and " line " in t.diagnosis.summary
-                   for t in graded if t.diagnosis), path.name
+    """Over 30 s: the reference, then 7 files, each a grading with a worker forked from one warm
+    zygote: bwrap's, or a docker grading slot's (as `lumen-ex grade --sandbox docker` starts them;
+    the reference's launches run in the image's Triton interpreter, its compile in the image's Triton)."""
+    slot, sandbox = None, None
+    if backend == "docker":
+        from lumen_ex.sandbox import docker
+        from lumen_ex.sandbox.docker_slot import DockerSlotLauncher
 
+        slot, sandbox = DockerSlotLauncher(docker.probe()[1].ref), "docker"
+    try:
+        reference = grade(14, REFERENCE.read_text(), seed=3, sandbox=sandbox, launcher=slot)
+        assert reference.sandbox.backend == backend and reference.status is Status.PASS, reference.message
+        for path in CHEATS:
+            result = grade(14, path.read_text(), seed=3, sandbox=sandbox, launcher=slot)
+            assert result.sandbox.backend == backend
+            assert result.status is Status.FAIL and result.score == 0, (path.name, result.score)
+            graded = [t for t in result.tests if t.status is not Status.SKIPPED]
+            assert graded and all(t.diagnosis is not None and t.diagnosis.kind == "forbidden" for t in graded), (
+                path.name, [(t.id, t.diagnosis and t.diagnosis.kind) for t in graded])
+            assert all("cannot be verified" in t.diagnosis.summary and " line " in t.diagnosis.summary
+                       for t in graded if t.diagnosis), path.name
+    finally:
+        if slot is not None:
+            slot.close()
 
 
 def test_the_ir_facts_count_products_inside_loops_only():
