@@ -226,23 +226,25 @@ def test_each_job_takes_the_worker_started_ahead_for_it(tmp_path):
 
 @pytest.mark.slow
 def test_crashed_and_hung_grading_processes_still_get_a_row(tmp_path):
-    """Crashed and hung grading processes still get a row. Over 15 s: a stopped grading process is
-    waited out to its 10 s time-out, then replaced. (The time-out counts from the moment a grading
-    process starts the submission, not from its own start-up: the good file needs about 1 s of it.)"""
+    """Crashed and hung grading processes still get a row. Over 30 s: a stopped grading process is
+    waited out to its 30 s time-out, then replaced. (The time-out counts from the moment a grading
+    process starts the submission, not from its own start-up: the good file needs about 1 s of it on a
+    quiet machine, but its worker's torch import, unisolated, is part of it, and beside the other
+    tests of a full run it once took over 10 s. The wait costs no CPU.)"""
     subs = tmp_path / "submissions"
     put(subs / "killer", EX1.file, CORPUS / "hostile" / "kill_parent.py")   # SIGKILLs the grading process
     put(subs / "stopper", EX1.file, STOP_PARENT)                             # SIGSTOPs it: a hang
     put(subs / "good", EX1.file, REF1)
     out = tmp_path / "out"
     proc = grade([str(subs), "-e", "1", "--out", str(out), "--sandbox", "none", "--unsafe", "--jobs", "2",
-                  "--timeout", "10"], tmp_path)
+                  "--timeout", "30"], tmp_path)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     docs = docs_of(out)
     killer, stopper, good = (docs[(s, EX1.dir)] for s in ("killer", "stopper", "good"))
     assert good["status"] == "pass"
     assert killer["status"] == "error" and killer["message"] == \
         "the grading process died (killed by SIGKILL) while grading this submission"
-    assert stopper["status"] == "error" and stopper["message"].startswith("grading ran past its time limit of 10 s")
+    assert stopper["status"] == "error" and stopper["message"].startswith("grading ran past its time limit of 30 s")
     book = gradebook(out)
     assert book["killer"]["status"] == book["stopper"]["status"] == "error" and book["good"]["status"] == "pass"
     assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and str(out).encode() in _cmdline(p)]
