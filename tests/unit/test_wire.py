@@ -104,7 +104,7 @@ def test_a_held_value_is_sent_once_then_named_and_each_call_gets_its_own_copy():
     sent, sent_tensors = wire.pack(weights.value, dicts=True)
     ((header, got),) = parse_all(wire.encode_frame({"value": sent}, sent_tensors))
     held.hold(weights.key, wire.unpack(header["value"], got, dicts=True))
-    fresh = held.resolver(lambda t: t.to("cpu"))
+    fresh = held.resolver("cpu")
     first = wire.unpack(tree, tensors, dicts=True, held=fresh)[1]
     first["w"].mul_(0)                                               # the learner's call writes into it
     second = wire.unpack(tree, tensors, dicts=True, held=fresh)[1]

@@ -32,10 +32,11 @@ import torch
 from lumen_ex.core.results import CheckFailed, Diagnosis
 from lumen_ex.harness import kernel_scan, wire_replies
 from lumen_ex.harness.client import LearnerError
+from lumen_ex.sandbox.inside.kernels import MAX_IR_BYTES  # what the worker sends at most
 
-MAX_IR_BYTES = 4 * 1024 * 1024
-# Same bytes, same IR: a compile takes about a second, so a process keeps the last IR_CACHE_SIZE
-# (a check server or a grading process sees a file at several seeds; a class has many files).
+# Same bytes, same IR: an IR costs a worker of its own (Triton imported with the interpreter off)
+# and a compile, so a process keeps the last IR_CACHE_SIZE (a check server or a grading process
+# sees a file at several seeds; a class has many files).
 IR_CACHE_SIZE = 64
 _IR_CACHE: dict[tuple[str, str, str], str] = {}
 

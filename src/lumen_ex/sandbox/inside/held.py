@@ -61,12 +61,12 @@ def hold(key: object, value: object) -> None:
     store[key] = value
 
 
-def resolver(place: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[str], Any]:
+def resolver(device: torch.device | str) -> Callable[[str], Any]:
     """What a call's unpacking uses for ``{"$held": key}``: a fresh copy of the held value, each
-    tensor cloned and then passed through ``place`` (moved to the call's device)."""
+    tensor copied once, onto the call's ``device``."""
     def fresh(value: object) -> Any:
         if isinstance(value, torch.Tensor):
-            return place(value.clone())
+            return value.to(device, copy=True)
         if isinstance(value, (tuple, list)):
             return type(value)(fresh(v) for v in value)
         if isinstance(value, dict):

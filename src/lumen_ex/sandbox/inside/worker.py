@@ -272,7 +272,7 @@ def call(module: types.ModuleType, header: dict[str, Any],
                 t = torch.stack([t, t], dim=-1)[..., 0]
         return t
 
-    fresh = held.resolver(lambda t: t.to(device))         # a $held: this call's own copy, on its device
+    fresh = held.resolver(device)                         # a $held: this call's own copy, on its device
     args = list(wire.unpack(header.get("args", {"$list": []}), placed, on_tensor=place, dicts=True, held=fresh))
     kwargs = {str(k): wire.unpack(v, placed, on_tensor=place, dicts=True, held=fresh)
               for k, v in dict(header.get("kwargs", {})).items()}
