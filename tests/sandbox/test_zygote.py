@@ -512,9 +512,12 @@ def test_a_workspace_too_large_to_copy_gets_a_fresh_worker(zygote, tmp_path, mon
 
 @pytest.mark.slow
 def test_verdicts_are_the_same_forked_or_fresh(zygote, tmp_path):
-    """Correct, buggy and hostile files graded by forked workers and by fresh ones alike.
+    """Correct, buggy and hostile files graded by forked workers and by fresh ones alike. The fresh
+    side is a cold check: its first worker fresh, and under bwrap each replacement of a worker that
+    failed forked from the check's own zygote (src/lumen_ex/sandbox/select.py replacing,
+    tests/sandbox/test_cold_replacements.py); under docker a fresh worker in the check's container.
 
-    Over 30 s (about 50 s under bwrap, 80 s under docker on two cores): 12 files graded twice, and the
+    Over 30 s (about 80 s under docker on two cores): 12 files graded twice, and under docker the
     fresh side pays a torch import for every worker, which the hostile files kill at every test."""
     from conftest import workspace_with
 

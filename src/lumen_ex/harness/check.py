@@ -30,7 +30,7 @@ from lumen_ex.core.results import (
 )
 from lumen_ex.core.workspace import Workspace
 from lumen_ex.sandbox.base import Backend, CheckHere, Launched, Launcher, WorkerSpec
-from lumen_ex.sandbox.select import select_backend
+from lumen_ex.sandbox.select import replacing, select_backend
 
 if TYPE_CHECKING:   # for annotations only: they import torch (see the module docstring)
     from lumen_ex.harness.client import Worker, WorkerPool
@@ -155,6 +155,7 @@ def check_here(ex: Exercise, workspace: Path, learner_file: Path, launcher: Laun
         # importing torch and pytest and collecting the suite, which takes longer than its import.
         first = launcher.launch(replace(spec, warm=True))
     pool: WorkerPool | None = None
+    replacements = replacing(launcher)   # a zygote, started only if a worker fails
     try:
         from lumen_ex.harness.client import WorkerPool  # lazy: it imports torch, after the launch above
 
@@ -163,12 +164,14 @@ def check_here(ex: Exercise, workspace: Path, learner_file: Path, launcher: Laun
                           source=source.data,
                           startup_timeout=ex.times.startup_seconds,
                           call_timeout=ex.times.call_seconds,
-                          run_deadline=started + ex.times.run_seconds)
+                          run_deadline=started + ex.times.run_seconds, replacements=replacements)
         device = _confirm_device(pool, wanted, device)
         results, errors = (options.run_tests or fresh_session)(ex, pool, learner_file, seed=seed, device=device,
                                                             select=options.select, lean=options.lean)
     finally:
         (pool.close() if pool is not None else first.kill())
+        if replacements is not None:
+            replacements.close()
     note = join_notes(launcher.note(), warning)
     sandbox_info = SandboxInfo(launcher.name, launcher.isolated, pool.enforced, note)
     result = _assemble(ex, results, errors, sandbox_info, device=device, seed=seed, started=started)

@@ -285,8 +285,13 @@ class WorkerPool:
     def __init__(self, launcher: Launcher, spec: WorkerSpec, *, module: str, functions: list[str],
                  first: Launched | Worker | None = None, forbidden: Iterable[ForbiddenAPI | str] = (),
                  autograd: bool = True, kernel: str | None = None, startup_timeout: float = 60.0,
-                 call_timeout: float = 10.0, run_deadline: float | None = None, source: bytes | None = None):
+                 call_timeout: float = 10.0, run_deadline: float | None = None, source: bytes | None = None,
+                 replacements: Launcher | None = None):
         self.launcher, self.spec = launcher, spec
+        # Where a worker that failed (died, hung, broke the protocol) is replaced from, when not
+        # ``launcher``: a cold check's own zygote (src/lumen_ex/sandbox/select.py replacing).
+        self.replacements = replacements
+        self.failed = False
         # The learner's file as read once when the check began (src/lumen_ex/core/snapshot.py): every worker
         # imports these bytes, never the file on disk, which may have been saved again since.
         self.source = source
@@ -313,7 +318,8 @@ class WorkerPool:
             if isinstance(launched, Worker):   # handed in warm, perhaps with its hello read (watch mode)
                 self.worker = launched
             else:
-                self.worker = Worker(launched or self.launcher.launch(self.spec))
+                launcher = self.replacements if self.failed and self.replacements is not None else self.launcher
+                self.worker = Worker(launched or launcher.launch(self.spec))
             self.enforced = dict(self.worker.launched.limits)
             self.loaded = False
 
@@ -326,6 +332,7 @@ class WorkerPool:
     def protocol_failure(self, exc: BaseException, output: str = "") -> WorkerProtocolError:
         """A reply that came back whole but failed to decode (``exc``: whatever was raised): the
         worker is replaced (a fresh one starts now) and the error returned, to be raised."""
+        self.failed = True
         self.discard()
         self.spawn()
         return WorkerProtocolError(protocol_message(decode_detail(exc)), output)
@@ -389,6 +396,7 @@ class WorkerPool:
                 self.import_output = reply.output   # shown with the first test that runs
                 self.loaded = True
         except WorkerFailure as exc:
+            self.failed = True
             self.discard()
             if self.loaded:
                 raise
@@ -423,6 +431,7 @@ class WorkerPool:
                 probe.cancel()
             if isinstance(exc, WorkerTimeout) and fn:
                 self.hung[fn] = f"it ran for over {limit:g} s"
+            self.failed = True
             self.discard()
             self.spawn()   # pre-warm the replacement while the harness records this failure
             raise

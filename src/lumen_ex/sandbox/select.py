@@ -62,6 +62,15 @@ def from_spec(spec: str) -> Backend:
     return HOST_LAUNCHERS[spec]()
 
 
+def replacing(launcher: Launcher) -> Launcher | None:
+    """Where a check that starts its workers one by one (a cold ``lumen-ex check``: a learner's CI, or
+    the check server's first check) replaces a worker that died, hung or broke the protocol: under
+    bwrap, a zygote of the check's own, started at the first such failure, so that each later
+    replacement is a fork instead of a torch import. None for any other launcher: a zygote launcher
+    forks already, and the other backends start every worker as they always do."""
+    return ZygoteLauncher(launcher) if type(launcher) is BwrapLauncher else None
+
+
 def forking(backend: Backend) -> Backend:
     """The backend with workers forked from a warm zygote where it has one: bwrap's from a zygote
     of this process's own (src/lumen_ex/sandbox/zygote.py); docker's from the zygote of one
