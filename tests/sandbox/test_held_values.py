@@ -82,3 +82,22 @@ def test_a_worker_that_does_not_keep_it_broke_the_protocol(probe):
     with pytest.raises(WorkerFailure) as info:
         sub.call("weigh", (Held({"a": torch.ones(2)}), torch.ones(2)))
     assert info.value.kind == "protocol"
+
+
+def test_a_suite_that_holds_too_many_values_is_told_before_anything_is_sent(probe):
+    """A new Held for every call would fill the worker's store (held.MAX_HELD); the harness refuses
+    the one too many itself, with a ValueError that blames the suite's line (harness/plugin.py
+    author_fault), instead of sending it and reading the worker's refusal as the learner's protocol
+    error. The worker stays, and still answers."""
+    from lumen_ex.sandbox.inside.held import MAX_HELD
+
+    sub, pool = probe
+    x = torch.ones(3)
+    helds = [Held({"a": torch.full((3,), 2.0)}) for _ in range(MAX_HELD)]
+    for item in helds:
+        sub.weigh(item, x)
+    worker = pool.worker
+    with pytest.raises(ValueError, match=f"at most {MAX_HELD} Held values"):
+        sub.weigh(Held({"a": torch.full((3,), 2.0)}), x)
+    assert pool.worker is worker and pool.restarts == 0 and len(worker.holds) == MAX_HELD
+    assert float(sub.weigh(helds[0], x)) == 6.0          # a value it keeps: still answered

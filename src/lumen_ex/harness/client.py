@@ -27,6 +27,7 @@ from lumen_ex.harness import wire_replies
 from lumen_ex.harness.memory import Baseline, MemoryProbe, MemoryUse, baseline
 from lumen_ex.sandbox.base import Launched, Launcher, WorkerSpec
 from lumen_ex.sandbox.inside import wire
+from lumen_ex.sandbox.inside.held import MAX_HELD
 from lumen_ex.sandbox.processes import reap
 
 OUTPUT_CAP = 8 * 1024
@@ -344,7 +345,12 @@ class WorkerPool:
 
     def _hold(self, worker: Worker, item: wire.Held, limit: float) -> None:
         """Send ``item``'s value to ``worker`` once (src/lumen_ex/sandbox/inside/held.py); a worker
-        that does not say it kept it has broken the protocol."""
+        that does not say it kept it has broken the protocol. A suite that asks one worker to keep
+        more than a worker may (``MAX_HELD``: a new Held made for every call, say) is told so here,
+        before anything is sent: the exercise's fault, named at its line, never the learner's."""
+        if len(worker.holds) >= MAX_HELD:
+            raise ValueError(f"one worker keeps at most {MAX_HELD} Held values: make each Held once (at module "
+                             "level, or cached) and pass the same one to every call, not a new one per call")
         tensors: list[torch.Tensor] = []
         value = wire.pack(item.value, tensors, dicts=True)[0]
         reply = worker.request({"op": "hold", "key": item.key, "value": value}, tensors, limit)
