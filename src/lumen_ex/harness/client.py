@@ -332,7 +332,7 @@ class WorkerPool:
 
     def protocol_failure(self, exc: BaseException, output: str = "") -> WorkerProtocolError:
         """A reply that came back whole but failed to decode (``exc``: whatever was raised): the
-        worker is replaced (a fresh one starts now) and the error returned, to be raised."""
+        worker is replaced (another starts now) and the error returned, to be raised."""
         self.failed = True
         self.discard()
         self.spawn()
