@@ -17,6 +17,8 @@ from lumen_ex.core.results import Status
 from lumen_ex.harness import check as check_mod
 from lumen_ex.harness.check import run_check
 from lumen_ex.sandbox import cgroups, select
+from lumen_ex.sandbox.bwrap import BwrapLauncher
+from lumen_ex.sandbox.unisolated import UnisolatedLauncher
 from lumen_ex.sandbox.zygote import ZygoteLauncher
 
 # Both functions of exercise 1, with the contract's signatures, ending the worker at every call.
@@ -82,8 +84,6 @@ def test_a_check_where_nothing_fails_starts_no_zygote(tmp_path, zygotes):
     assert zygote.failures == 0      # never asked to start one
 
 
-@pytest.mark.parametrize("sandbox", ["none"])
-def test_only_bwraps_cold_checks_get_a_zygote(sandbox):
-    launcher, _ = select.select_backend(sandbox)
-    assert select.replacing(launcher) is None
-    assert select.replacing(ZygoteLauncher(launcher)) is None     # a zygote launcher forks already
+def test_only_bwraps_cold_checks_get_a_zygote():
+    assert select.replacing(UnisolatedLauncher()) is None
+    assert select.replacing(ZygoteLauncher(BwrapLauncher())) is None     # a zygote launcher forks already

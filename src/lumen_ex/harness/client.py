@@ -324,6 +324,12 @@ class WorkerPool:
             self.enforced = dict(self.worker.launched.limits)
             self.loaded = False
 
+    def _drop_failed(self) -> None:
+        """Kill a worker that died, hung or broke the protocol; the next :meth:`spawn` replaces it
+        from ``replacements`` when there is one (a fork instead of a torch import)."""
+        self.failed = True
+        self.discard()
+
     def discard(self) -> None:
         if self.worker is not None:
             self.worker.kill()
@@ -333,8 +339,7 @@ class WorkerPool:
     def protocol_failure(self, exc: BaseException, output: str = "") -> WorkerProtocolError:
         """A reply that came back whole but failed to decode (``exc``: whatever was raised): the
         worker is replaced (another starts now) and the error returned, to be raised."""
-        self.failed = True
-        self.discard()
+        self._drop_failed()
         self.spawn()
         return WorkerProtocolError(protocol_message(decode_detail(exc)), output)
 
@@ -402,8 +407,7 @@ class WorkerPool:
                 self.import_output = reply.output   # shown with the first test that runs
                 self.loaded = True
         except WorkerFailure as exc:
-            self.failed = True
-            self.discard()
+            self._drop_failed()
             if self.loaded:
                 raise
             # The import itself hung or crashed: it would do so again for every test.
@@ -437,8 +441,7 @@ class WorkerPool:
                 probe.cancel()
             if isinstance(exc, WorkerTimeout) and fn:
                 self.hung[fn] = f"it ran for over {limit:g} s"
-            self.failed = True
-            self.discard()
+            self._drop_failed()
             self.spawn()   # pre-warm the replacement while the harness records this failure
             raise
 

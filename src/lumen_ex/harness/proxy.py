@@ -192,7 +192,7 @@ class LearnerModule:
         self._require(fn)
         describe = (lambda t: {"noncontiguous": True}) if noncontiguous else None
         tensors: list[torch.Tensor] = []
-        helds: list[wire.Held] = []       # sent to the worker once, then named (author.held)
+        helds: list[wire.Held] = []       # sent to the worker once, then named (author.Held)
         header: dict[str, Any] = {
             "op": "call", "fn": fn, "device": device or self.device,
             "args": wire.pack(tuple(args), tensors, describe=describe, dicts=True, helds=helds)[0],

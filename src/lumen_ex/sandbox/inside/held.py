@@ -1,7 +1,7 @@
 """Values the harness sends a worker once and then names: a model's weights, say.
 
 A suite that passes the same large argument to every call (exercise 13 sends 1.6 MB of weights
-to each of its 140 calls) wraps it in :class:`Held` (``lumen_ex.author.held``). The harness sends
+to each of its 140 calls) wraps it in :class:`Held` (``lumen_ex.author.Held``). The harness sends
 its value to each worker once, in a ``{"op": "hold", "key": ..., "value": ...}`` request; every
 call after that carries ``{"$held": key}`` in its place (requests only: a reply that names one is
 a protocol error, as with ``$dict``).
