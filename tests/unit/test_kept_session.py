@@ -5,6 +5,10 @@ correct, buggy and hostile files, interleaving the two exercises and putting a c
 each failing or hostile one, once through kept sessions and once with a fresh session per check,
 and compare every test's status, score, message and diagnosis: nothing one submission did may
 show in the next one's verdict.
+
+The kept side also reuses the known wrong answers the process remembers by content
+(src/lumen_ex/graders/support/remembered.py); the fresh side computes every one of them again. The
+same verdicts on both sides show that what is remembered is what would have been computed.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import CORPORA, CORPUS, REFERENCES, requires_bwrap, workspace_with
 
+from lumen_ex.graders.support import mistakes
 from lumen_ex.harness.check import run_check
 from lumen_ex.harness.kept_session import KeptSessions
 from lumen_ex.sandbox import zygote as zygotes
@@ -41,16 +46,31 @@ def _verdict(result) -> list:
 
 
 @pytest.mark.slow
-def test_a_kept_session_grades_every_submission_as_a_fresh_session_does(tmp_path, forked_bwrap):
+def test_a_kept_session_grades_every_submission_as_a_fresh_session_does(tmp_path, forked_bwrap, monkeypatch):
     launcher = forked_bwrap          # the session's zygote (tests/conftest.py): one torch import less
     sessions = KeptSessions()
+    remembered = mistakes.CANDIDATES
+    remembered.clear()
+    reused = remembered.reused
     try:
         for i, (number, path) in enumerate(_cases()):
             ws = workspace_with(tmp_path / f"s{i}", number, path.read_text())
             kept = run_check(number, workspace=ws, seed=7, record=False, launcher=launcher, run_tests=sessions)
+            monkeypatch.setattr(remembered, "enabled", False)       # the fresh side remembers nothing
             fresh = run_check(number, workspace=ws, seed=7, record=False, launcher=launcher)
+            monkeypatch.setattr(remembered, "enabled", True)
             assert _verdict(kept) == _verdict(fresh), f"{path.name} (case {i})"
         assert len(sessions.sessions) == 2       # one per exercise, kept for every case
+        # A buggy file graded again (as a class's second student with the same mistake would be):
+        # its wrong answers are reused, and its verdict is the one computed without them.
+        number, path = next(case for case in _cases() if case[0] == 2 and "buggy" in case[1].parts)
+        again = run_check(number, workspace=workspace_with(tmp_path / "again", number, path.read_text()), seed=7,
+                          record=False, launcher=launcher, run_tests=sessions)
+        monkeypatch.setattr(remembered, "enabled", False)
+        fresh = run_check(number, workspace=workspace_with(tmp_path / "again2", number, path.read_text()), seed=7,
+                          record=False, launcher=launcher)
+        assert _verdict(again) == _verdict(fresh)
+        assert remembered.reused > reused
     finally:
         sessions.close()
 

@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 import torch
 
 from lumen_ex.core.results import CheckFailed, Diagnosis
+from lumen_ex.graders.support.remembered import Remembered, content_key, tensor_bytes
 from lumen_ex.graders.support.tolerances import SAME_AS_REFERENCE, Tolerance, match_tolerance, separation
 from lumen_ex.harness.client import ImportFailed, LearnerError
 from lumen_ex.harness.plugin import _learner_error
@@ -105,7 +106,7 @@ def name_mistake(diag: Diagnosis, got64: torch.Tensor, expected64: torch.Tensor,
         diag.details["variants_compared"] = []
         return
     mtol = match_tolerance(dtype, tol)
-    cands = candidates(expected64, variants(), mtol)
+    cands = remembered_candidates(expected64, variants, mtol)
     diag.details["variants_compared"] = [v.name for v in cands]   # the mistakes this input can show
     found = match_variant(got64, cands, mtol)
     if found is None:
@@ -115,6 +116,20 @@ def name_mistake(diag: Diagnosis, got64: torch.Tensor, expected64: torch.Tensor,
     diag.hint = evidence(variant, err)
     diag.details.update({"variant_max_error": err, "variant_tolerance": mtol.atol,
                          "misconception_sentence": variant.explained()})
+
+
+# The candidates of this process's failing checks, by the content of their inputs (remembered.py).
+CANDIDATES = Remembered()
+
+
+def remembered_candidates(expected64: torch.Tensor, variants: Callable[[], list[Variant]],
+                          tol: Tolerance) -> list[Variant]:
+    """``candidates(expected64, variants(), tol)``, computed once for each content of its inputs
+    (src/lumen_ex/graders/support/remembered.py): the same test at the same seed fails the same way
+    for many files, and only the comparison with each file's values differs."""
+    found = content_key(variants, expected64, tol)
+    key, hold = found if found is not None else (None, ())
+    return list(CANDIDATES.get(key, lambda: candidates(expected64, variants(), tol), size=tensor_bytes, hold=hold))
 
 
 def candidates(expected: torch.Tensor, variants: list[Variant], tol: Tolerance) -> list[Variant]:
