@@ -65,6 +65,12 @@ def test_what_cannot_be_read_as_values_is_never_remembered():
     assert content_key(lambda: opaque) is None
     assert content_key(torch.ones(2), object()) is None
     assert content_key(list(range(MAX_NODES + 1))) is None                # too many parts to hash
+
+    def later():                      # closes over a name not yet bound: an empty cell
+        return helper()
+
+    assert content_key(later) is None
+    helper = list                     # noqa: F841  (bound now, after the key was asked for)
     remembered, calls = Remembered(), []
     for _ in range(3):
         remembered.get(None, lambda: calls.append(1) or [1], size=lambda v: 0)

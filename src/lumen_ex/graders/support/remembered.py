@@ -105,8 +105,8 @@ def content_key(*values: Any) -> tuple[Hashable, tuple[Any, ...]] | None:
     budget = [MAX_NODES]
     try:
         return tuple(_key(v, held, budget, 0) for v in values), tuple(held)
-    except (_Unkeyable, RecursionError):
-        return None
+    except Exception:     # noqa: BLE001  _Unkeyable, an empty closure cell, a tensor that will not hash...
+        return None       # ... are computed every time: building a key never fails a check
 
 
 def _key(value: Any, held: list[Any], budget: list[int], depth: int) -> Hashable:
