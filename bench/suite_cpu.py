@@ -10,8 +10,9 @@ kernel's process accounting, then prints three numbers and a table:
   its work stays the same: fewer xdist workers or a better order only move the idle time around;
 - the CPU of every process that ended during the run, grouped by kind (see :data:`KINDS`): Python as
   root (the grader's trusted processes, and the unisolated mode's workers, which run as whoever runs
-  the tests), bwrap's workers and zygotes (uid nobody), the docker side, the browser. A process of at least ``IMPORTS_TORCH_S`` of CPU is counted apart: on a 2-core
-  machine a torch import alone costs about 1.5 s, so those are the processes that paid for one;
+  the tests), bwrap's workers and zygotes (uid nobody), the docker side, the browser. A process of at
+  least ``IMPORTS_TORCH_S`` of CPU is counted apart: on a 2-core machine a torch import alone costs
+  about 1.5 s, so those are the processes that paid for one;
 - what the accounting does not see (busy minus the processes it recorded): daemons still running at
   the end (dockerd, containerd) and the kernel's own threads.
 
@@ -108,7 +109,9 @@ def table(records: list[Record]) -> list[tuple[str, int, float, int, float]]:
 def busy_ticks() -> int:
     """The machine's busy time so far, in ticks of all cores together (/proc/stat's first line)."""
     values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    return sum(values) - values[3] - values[4]      # all but idle and iowait
+    # user, nice, system, then irq, softirq, steal; idle and iowait are not busy, and guest time is
+    # already inside user and nice
+    return sum(values[0:3]) + sum(values[5:8])
 
 
 def main(argv: list[str]) -> int:
