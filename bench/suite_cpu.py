@@ -33,11 +33,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from common import PYTHON, ROOT  # bench/common.py: the checkout and this interpreter (the venv's)
+
 from lumen_ex.sandbox.bwrap import SANDBOX_UID  # the uid of bwrap's workers (nobody)
 from lumen_ex.sandbox.docker_slot import WORKER_UID  # the grader image's lumen-worker
 
-ROOT = Path(__file__).resolve().parent.parent
-PYTHON = ROOT / ".venv" / "bin" / "python"
 IMPORTS_TORCH_S = 1.0        # CPU seconds from which a process is counted as one that imported torch
 # The kinds, in the order the table prints them.
 KINDS = ("trusted", "worker", "docker", "browser", "other")
@@ -126,7 +126,7 @@ def main(argv: list[str]) -> int:
         subprocess.run([accton, str(accounting)], check=True, capture_output=True)
         busy0, started = busy_ticks(), time.monotonic()
         try:
-            code = subprocess.run([str(PYTHON), "-m", "pytest", *argv], cwd=ROOT).returncode
+            code = subprocess.run([PYTHON, "-m", "pytest", *argv], cwd=ROOT).returncode
         finally:
             subprocess.run([accton, "off"], capture_output=True)
         wall, busy = time.monotonic() - started, (busy_ticks() - busy0) / ticks
