@@ -23,6 +23,7 @@ from conftest import CORPORA, requires_bwrap, workspace_with
 from docker_support import docker_param
 
 from lumen_ex.core import catalog
+from lumen_ex.core.forbidden import ForbiddenAPI
 from lumen_ex.core.results import RunResult, Status
 from lumen_ex.harness import source_scan
 from lumen_ex.harness.check import run_check
@@ -379,3 +380,36 @@ def test_patched_work_counter_is_caught_by_the_graders_clock(tmp_path, monkeypat
     assert cost.status is Status.FAIL and cost.diagnosis.misconception == "quadratic-cost", cost.message
     assert "timed by the grader" in cost.message
     assert time.monotonic() - started < 60
+
+
+@requires_bwrap
+@pytest.mark.slow
+def test_a_failure_of_the_workers_own_setup_is_lumen_exs_not_the_learners(tmp_path, monkeypatch):
+    """The worker makes the exercise's forbidden APIs unusable before the learner's module exists in
+    it (its "setup" request: src/lumen_ex/sandbox/inside/worker.py). A failure there is lumen-ex's on
+    every test (a grader error that says so), never the learner's import error, and a correct file is
+    not failed for it. Made to fail for real in the sandbox: this process's harness tells the worker
+    a forbidden API its layer cannot read."""
+    monkeypatch.setattr(ForbiddenAPI, "to_wire", lambda self: {"api": self.name, "names": 5})
+    result = graded(tmp_path, 1, HONEST_ATTENTION, "bwrap", select="test_values or test_causal_mask")
+    ran = [t for t in result.tests if t.status is not Status.SKIPPED]
+    assert result.status is Status.ERROR and ran, [(t.id, t.status, t.message) for t in result.tests]
+    for t in ran:
+        assert t.status is Status.ERROR and t.diagnosis.kind == "grader", (t.id, t.status, t.message)
+        assert "before any of your code ran" in t.message and "TypeError" in t.message, t.message
+        assert "bug in lumen-ex, not in your code" in t.diagnosis.hint, t.diagnosis.hint
+        assert "import" not in t.diagnosis.kind
+
+
+@requires_bwrap
+@pytest.mark.slow
+def test_the_learners_own_import_error_is_still_theirs(tmp_path):
+    """The sibling of the test above: once setup is done, an exception at the learner's import is
+    theirs (an import failure that fails every test), not lumen-ex's."""
+    source = HONEST_ATTENTION + "\nraise ValueError('my own mistake at import')\n"
+    result = graded(tmp_path, 1, source, "bwrap", select="test_values or test_causal_mask")
+    ran = [t for t in result.tests if t.status is not Status.SKIPPED]
+    assert ran and result.status is not Status.PASS
+    for t in ran:
+        assert t.diagnosis.kind == "import", (t.id, t.status, t.diagnosis.kind, t.message)
+        assert "my own mistake at import" in t.message, t.message

@@ -9,7 +9,8 @@ generated replies through a stand-in worker whose reply pipe is a file of prepar
 - valid frames mutated field by field: shapes with huge, negative or stride-overflowing dims,
   byte counts that do not match, unknown dtypes, device tags such as ``cuda:99``, ``meta`` or
   ``disk``, value trees of any JSON, wrong types in gradients, work counts and errors;
-- load replies whose function table has the wrong types, deeply nested and oversized headers,
+- setup replies of any kind (lumen-ex's own failure or a protocol error, nothing else), load
+  replies whose function table has the wrong types, deeply nested and oversized headers,
   NaN and huge integers in headers, truncated payloads.
 
 Every outcome must be one the harness reports against the submission (a WorkerFailure, a
@@ -34,7 +35,7 @@ from hypothesis import strategies as st
 from lumen_ex.core.limits import Limits
 from lumen_ex.core.results import CheckFailed
 from lumen_ex.harness import wire_replies
-from lumen_ex.harness.client import LearnerError, WorkerFailure, WorkerPool, WorkerProtocolError
+from lumen_ex.harness.client import LearnerError, SetupFailed, WorkerFailure, WorkerPool, WorkerProtocolError
 from lumen_ex.harness.proxy import LearnerModule
 from lumen_ex.sandbox.base import WorkerSpec
 from lumen_ex.sandbox.cgroups import Enforcement
@@ -62,8 +63,12 @@ HELLO = frame({"hello": True, "protocol": wire.PROTOCOL_VERSION, "pid": 1, "torc
                "cuda": False})
 TABLE = {"f": {"callable": True, "params": [{"name": "x", "kind": "POSITIONAL_OR_KEYWORD", "default": None}]},
          "g": None}
-LOAD_OK = frame({"id": 1, "ok": True, "functions": TABLE, "elapsed": 0.01})
-GOOD_CALL = frame({"id": 2, "ok": True, "elapsed": 0.0, "result": 1})
+# A fresh worker says hello and answers the harness's "setup" request (id 1) before the learner's
+# module exists in it (src/lumen_ex/sandbox/inside/worker.py); the load is request 2, the first call 3.
+SETUP_OK = frame({"id": 1, "ok": True, "elapsed": 0.0})
+STARTED = HELLO + SETUP_OK
+LOAD_OK = frame({"id": 2, "ok": True, "functions": TABLE, "elapsed": 0.01})
+GOOD_CALL = frame({"id": 3, "ok": True, "elapsed": 0.0, "result": 1})
 
 
 # -------------------------------------------------------------------------------------------------
@@ -116,7 +121,7 @@ class FakeLauncher:
         self.launched: list[FakeLaunched] = []
 
     def launch(self, spec) -> FakeLaunched:
-        launched = FakeLaunched(self.streams.pop(0) if self.streams else HELLO + LOAD_OK + GOOD_CALL)
+        launched = FakeLaunched(self.streams.pop(0) if self.streams else STARTED + LOAD_OK + GOOD_CALL)
         self.launched.append(launched)
         return launched
 
@@ -213,7 +218,7 @@ def call_reply(draw):
     n = draw(st.integers(1, 3))
     specs = [{"dtype": "float32", "shape": [2, 3], "nbytes": 24} for _ in range(n)]
     refs = [{"$tensor": i, "device": "cpu", "pytype": "torch.Tensor", "requires_grad": False} for i in range(n)]
-    header = {"id": 2, "ok": True, "elapsed": 0.01, "result": {"$tuple": refs},
+    header = {"id": 3, "ok": True, "elapsed": 0.01, "result": {"$tuple": refs},
               "grads": {"grads": {"$tuple": [{"$tensor": 0}]}},
               "ops": {"total_elements": 6, "ops": 1, "largest": 6, "largest_op": "mm", "largest_shape": [2, 3],
                       "matmul_flops": 36},
@@ -266,7 +271,7 @@ def memory_bound():
 @example(b"\xff\xff\xff\xff")
 @example(struct.pack(">I", 10) + b"\xc3\x28garbage!")
 def test_any_bytes_in_answer_to_a_call(data):
-    assert isinstance(outcome_of_call(HELLO + LOAD_OK + data), ALLOWED)
+    assert isinstance(outcome_of_call(STARTED + LOAD_OK + data), ALLOWED)
 
 
 @FUZZ
@@ -280,21 +285,21 @@ def test_any_bytes_at_start_up(data):
 @given(call_reply())
 @pytest.mark.slow
 def test_mutated_call_replies(stream):
-    outcome_of_call(HELLO + LOAD_OK + stream, grad_wrt=(0,), count_ops=True, echo_args=True)
+    outcome_of_call(STARTED + LOAD_OK + stream, grad_wrt=(0,), count_ops=True, echo_args=True)
 
 
 @FUZZ
 @given(call_reply())
 @pytest.mark.slow
 def test_mutated_call_replies_plain_call(stream):
-    outcome_of_call(HELLO + LOAD_OK + stream)
+    outcome_of_call(STARTED + LOAD_OK + stream)
 
 
 @FUZZ
 @given(function_table, st.sampled_from([True, False, 1, None]), json_any)
 @pytest.mark.slow
 def test_mutated_load_replies(table, ok, error):
-    stream = HELLO + frame({"id": 1, "ok": ok, "functions": table, "error": error, "elapsed": 0.0})
+    stream = STARTED + frame({"id": 2, "ok": ok, "functions": table, "error": error, "elapsed": 0.0})
     sub, pool, launcher = submission_for(stream)
     try:
         for fn in FUNCTIONS:   # the fields a hidden test reads (src/lumen_ex/graders/support/expect.py signature)
@@ -314,7 +319,41 @@ def test_mutated_load_replies(table, ok, error):
 @pytest.mark.slow
 def test_mutated_hello(extra, hello, protocol):
     header = {"hello": hello, "protocol": protocol, "torch": extra, "cuda": extra}
-    assert isinstance(outcome_of_call(frame(header) + LOAD_OK), ALLOWED)
+    assert isinstance(outcome_of_call(frame(header) + SETUP_OK + LOAD_OK), ALLOWED)
+
+
+@FUZZ
+@given(st.sampled_from([True, False, 1, None, "yes"]), json_any)
+@pytest.mark.slow
+def test_mutated_setup_replies(ok, error):
+    """The reply to "setup" comes before any learner code exists in the worker: whatever it holds,
+    the call's outcome is lumen-ex's own setup failure (a well-formed error: SetupFailed, a grader
+    error) or a protocol error, never any other exception; a well-formed ok goes on to the load."""
+    stream = HELLO + frame({"id": 1, "ok": ok, "error": error, "elapsed": 0.0}) + LOAD_OK + GOOD_CALL
+    sub, pool, launcher = submission_for(stream)
+    try:
+        outcome = sub.call("f", (torch.ones(2, 3),))
+        assert ok is True and outcome.value == 1, (ok, outcome)
+    except (WorkerProtocolError, SetupFailed) as exc:
+        assert ok is not True or isinstance(exc, WorkerProtocolError), exc
+    finally:
+        pool.close()
+        launcher.close_all()
+
+
+def test_a_failed_setup_fails_every_test_as_lumen_exs_with_one_worker():
+    """A well-formed setup error is kept, as an import failure is: every test gets the same
+    SetupFailed (the plugin makes it a grader error), and no other worker is started for it."""
+    error = {"type": "TypeError", "message": "'int' object is not iterable", "where": []}
+    sub, pool, launcher = submission_for(HELLO + frame({"id": 1, "ok": False, "error": error, "elapsed": 0.0}))
+    try:
+        for _ in range(2):
+            with pytest.raises(SetupFailed, match="TypeError: 'int' object is not iterable"):
+                sub.call("f", (torch.ones(2),))
+        assert len(launcher.launched) == 1
+    finally:
+        pool.close()
+        launcher.close_all()
 
 
 @FUZZ
@@ -367,7 +406,7 @@ def test_specs_accepted_are_buildable(spec):
 
 
 def _reply(**fields) -> dict:
-    return {"id": 2, "ok": True, "elapsed": 0.0, **fields}
+    return {"id": 3, "ok": True, "elapsed": 0.0, **fields}
 
 
 NAMED = {
@@ -380,34 +419,34 @@ NAMED = {
     "device object disk": frame(_reply(result={"$device": "disk"})),
     "cuda tensor on a cpu run": frame(_reply(result={"$tensor": 0, "device": "cuda:0"},
                                              tensors=[{"dtype": "float32", "shape": [2], "nbytes": 8}]), b"\0" * 8),
-    "huge int": raw_frame(b'{"id": 2, "ok": true, "result": ' + b"9" * 4000 + b"}"),
-    "NaN in header": raw_frame(b'{"id": 2, "ok": true, "elapsed": NaN, "result": 1}'),
-    "Infinity by exponent": raw_frame(b'{"id": 2, "ok": true, "result": 1e999}'),
-    "deeply nested": raw_frame(b'{"id": 2, "ok": true, "result": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"),
+    "huge int": raw_frame(b'{"id": 3, "ok": true, "result": ' + b"9" * 4000 + b"}"),
+    "NaN in header": raw_frame(b'{"id": 3, "ok": true, "elapsed": NaN, "result": 1}'),
+    "Infinity by exponent": raw_frame(b'{"id": 3, "ok": true, "result": 1e999}'),
+    "deeply nested": raw_frame(b'{"id": 3, "ok": true, "result": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"),
     "deep tree": frame(_reply(result=json.loads('{"$tuple": [' * 30 + "1" + "]}" * 30))),
     "oversized header": struct.pack(">I", wire.MAX_HEADER_BYTES + 1) + b"{" * 64,
     "zero-length header": struct.pack(">I", 0),
-    "not utf-8": raw_frame(b'{"id": 2, "\xff": 1}'),
+    "not utf-8": raw_frame(b'{"id": 3, "\xff": 1}'),
     "a list, not an object": raw_frame(b"[1, 2]"),
     "unknown dtype": frame(_reply(result={"$tensor": 0},
                                   tensors=[{"dtype": "complex64", "shape": [1], "nbytes": 8}]), b"\0" * 8),
     "bool bytes not 0/1": frame(_reply(result={"$tensor": 0}, tensors=[{"dtype": "bool", "shape": [2], "nbytes": 2}]),
                                 b"\x07\x01"),
     "tensor reference out of range": frame(_reply(result={"$tensor": 5})),
-    "wrong error types": frame({"id": 2, "ok": False, "error": {"type": 3, "message": ["x"], "where": 7}}),
-    "lone surrogate error": frame({"id": 2, "ok": False, "error": "\ud800"}),
+    "wrong error types": frame({"id": 3, "ok": False, "error": {"type": 3, "message": ["x"], "where": 7}}),
+    "lone surrogate error": frame({"id": 3, "ok": False, "error": "\ud800"}),
     "gradients of the wrong type": frame(_reply(result=1, grads={"grads": 7})),
-    "ok as a string": frame({"id": 2, "ok": "yes", "result": 1}),
+    "ok as a string": frame({"id": 3, "ok": "yes", "result": 1}),
 }
 
 
 @pytest.mark.parametrize("name", list(NAMED))
 def test_named_malformed_replies_are_protocol_errors(name):
-    outcome = outcome_of_call(HELLO + LOAD_OK + NAMED[name])
+    outcome = outcome_of_call(STARTED + LOAD_OK + NAMED[name])
     assert isinstance(outcome, WorkerProtocolError), f"{name}: {outcome!r}"
     assert str(outcome).startswith("your code's process sent a malformed reply: "), str(outcome)
     assert str(outcome).endswith("; the grader replaced it")
-    assert_replaced_after(HELLO + LOAD_OK + NAMED[name])
+    assert_replaced_after(STARTED + LOAD_OK + NAMED[name])
 
 
 @pytest.mark.parametrize("table", [5, [], {"f": 5, "g": None}, {"f": {"callable": "yes"}, "g": None},
@@ -415,7 +454,7 @@ def test_named_malformed_replies_are_protocol_errors(name):
                                    {"f": {"callable": True, "params": [{"name": 1, "kind": "X"}]}, "g": None},
                                    {"f": None}, {"f": None, "g": None, "extra": None}])
 def test_bad_function_tables_fail_every_test_as_protocol_errors(table):
-    sub, pool, launcher = submission_for(HELLO + frame({"id": 1, "ok": True, "functions": table}))
+    sub, pool, launcher = submission_for(STARTED + frame({"id": 2, "ok": True, "functions": table}))
     try:
         for _ in range(2):   # remembered: the import would send it again
             with pytest.raises(WorkerProtocolError, match="importing your module: your code's process sent a malformed"):
@@ -427,7 +466,7 @@ def test_bad_function_tables_fail_every_test_as_protocol_errors(table):
 
 
 def test_a_cuda_run_accepts_cuda_tags():
-    stream = HELLO + LOAD_OK + frame(_reply(result={"$tensor": 0, "device": "cuda:0"},
+    stream = STARTED + LOAD_OK + frame(_reply(result={"$tensor": 0, "device": "cuda:0"},
                                             tensors=[{"dtype": "float32", "shape": [2], "nbytes": 8}]), b"\0" * 8)
     sub, pool, launcher = submission_for(stream)
     try:
@@ -442,7 +481,7 @@ def test_a_truncated_frame_then_silence_is_a_protocol_error():
     """Part of a frame, then nothing: the call's time limit ends it as a protocol error (not a bare
     timeout), and the half-read frame goes with the worker."""
     r, w = os.pipe()
-    os.write(w, HELLO + LOAD_OK + frame(_reply(result=1))[:12])
+    os.write(w, STARTED + LOAD_OK + frame(_reply(result=1))[:12])
     sub, pool, launcher = submission_for(b"")
     launched = launcher.launched[0]
     os.close(launched.reply_fd)

@@ -104,6 +104,18 @@ class ImportFailed(LearnerError):
     """The learner's module raised while being imported: every test fails the same way."""
 
 
+class SetupFailed(Exception):
+    """The worker could not do what the exercise asks of it before the learner's module is imported
+    (the "setup" request: src/lumen_ex/sandbox/inside/worker.py). No learner code had run in that
+    process, so this is lumen-ex's own failure, never the learner's: every test is a grader error."""
+
+    def __init__(self, error: dict[str, Any], output: str = ""):
+        self.type = str(error.get("type", "Exception"))[:100]
+        self.message = str(error.get("message", ""))[:1000]
+        self.output = output
+        super().__init__(f"{self.type}: {self.message}")
+
+
 class OutputBuffer:
     """Keeps the first ``cap`` bytes of the learner's output and counts the rest."""
 
@@ -382,12 +394,9 @@ class WorkerPool:
             hello_deadline = time.monotonic() + self._timeout(self.startup_timeout)
             worker.wait_hello(hello_deadline)
             if not self.loaded:
+                self._setup(worker)
                 load: dict[str, Any] = {"op": "load", "module": self.module, "path": worker.launched.module_path,
-                                        "functions": self.functions, "autograd": self.autograd,
-                                        "forbidden": [api.to_wire() for api in self.forbidden]}
-                if self.kernel:       # Triton's interpreter unless the kernels run on a GPU
-                    load["kernel"] = {"language": self.kernel,
-                                      "interpret": self.spec.device != "cuda" and not self.compiling}
+                                        "functions": self.functions, "kernel": bool(self.kernel)}
                 sent = []
                 if self.source is not None:
                     load["source"] = "tensor"           # the bytes travel as the frame's one tensor
@@ -414,6 +423,25 @@ class WorkerPool:
             self.load_failure = type(exc)(f"importing your module: {exc}", exc.output)
             raise self.load_failure.with_traceback(None) from None
         return worker
+
+    def _setup(self, worker: Worker) -> None:
+        """Ask a fresh worker to do what the exercise asks before the learner's module is imported (its
+        forbidden APIs, autograd, Triton's mode). Its reply comes before any learner code exists in the
+        worker, so a failure is lumen-ex's (:class:`SetupFailed`), kept for every test as an import
+        failure is; a malformed reply is still a protocol failure, as every reply is."""
+        setup: dict[str, Any] = {"op": "setup", "autograd": self.autograd,
+                                 "forbidden": [api.to_wire() for api in self.forbidden]}
+        if self.kernel:       # Triton's interpreter unless the kernels run on a GPU
+            setup["kernel"] = {"language": self.kernel, "interpret": self.spec.device != "cuda" and not self.compiling}
+        reply = worker.request(setup, [], self._timeout(self.call_timeout))
+        try:
+            ok = wire_replies.check_ok(reply.header)
+            error = {} if ok else wire_replies.check_error(reply.header.get("error"))
+        except Exception as exc:  # noqa: BLE001  a malformed reply is the submission's, as every reply is
+            raise worker.protocol_failure(exc) from None
+        if not ok:
+            self.load_failure = SetupFailed(error, reply.output)
+            raise self.load_failure.with_traceback(None)
 
     def call(self, header: dict[str, Any], tensors: list[torch.Tensor], timeout: float | None = None, *,
              measure_memory: bool = False, helds: Iterable[wire.Held] = ()) -> Reply:

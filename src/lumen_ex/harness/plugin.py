@@ -19,7 +19,7 @@ import pytest
 
 from lumen_ex.core.catalog import Exercise
 from lumen_ex.core.results import CheckFailed, Diagnosis, Status, TestResult, take_notes, take_tolerance_share
-from lumen_ex.harness.client import ImportFailed, LearnerError, WorkerFailure
+from lumen_ex.harness.client import ImportFailed, LearnerError, SetupFailed, WorkerFailure
 from lumen_ex.harness.float32_cause import float32_cause
 from lumen_ex.harness.proxy import LearnerModule
 
@@ -170,6 +170,10 @@ def _classify(excinfo: pytest.ExceptionInfo[BaseException] | None,
         diag = exc.diagnosis
     elif isinstance(exc, ImportFailed):
         diag = import_failure(exc)
+    elif isinstance(exc, SetupFailed):
+        diag = Diagnosis("grader", f"lumen-ex could not prepare the process your code runs in, before any of your "
+                                   f"code ran: {exc}"[:500],
+                         hint="This is a bug in lumen-ex, not in your code: please report it.")
     elif isinstance(exc, LearnerError):
         diag = _learner_error(exc)
     elif isinstance(exc, WorkerFailure):

@@ -18,13 +18,10 @@ MAX_IR_BYTES = 4 * 1024 * 1024
 TARGET = ("cuda", 90, 32)
 
 
-def prepare(spec: dict[str, Any], file: str, source: bytes | None) -> None:
+def prepare(spec: dict[str, Any]) -> None:
     """Before the learner's file is imported (``@triton.jit`` reads these): Triton's interpreter on the
-    CPU (``interpret``; off for a GPU and for a compile), a cache folder of the worker's own (the
-    sandbox's home is read-only), and the file's source for ``inspect`` as the check read it (the
-    file on disk may have been saved again since; a compiled kernel is built from its source)."""
-    import linecache
-
+    CPU (``interpret``; off for a GPU and for a compile) and a cache folder of the worker's own (the
+    sandbox's home is read-only)."""
     if spec.get("language") != "triton":
         raise RuntimeError(f"unknown kernel language {spec.get('language')!r}")
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-")
@@ -32,8 +29,14 @@ def prepare(spec: dict[str, Any], file: str, source: bytes | None) -> None:
         os.environ["TRITON_INTERPRET"] = "1"
     else:
         os.environ.pop("TRITON_INTERPRET", None)
-    if source is not None:
-        linecache.cache[file] = (len(source), None, source.decode("utf-8", "replace").splitlines(True), file)
+
+
+def register_source(file: str, source: bytes) -> None:
+    """The file's source for ``inspect`` as the check read it, as the learner's file is imported (the
+    file on disk may have been saved again since; a compiled kernel is built from its source)."""
+    import linecache
+
+    linecache.cache[file] = (len(source), None, source.decode("utf-8", "replace").splitlines(True), file)
 
 
 def launcher(fn: Any, launch: dict[str, Any]) -> Any:

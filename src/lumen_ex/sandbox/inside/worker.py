@@ -7,19 +7,25 @@ and can tamper with anything here, so the harness treats every reply as a claim 
 
 Protocol, after the worker says hello:
 
-    {"id": 1, "op": "load", "module": "attention", "path": "/workspace/01-attention",
-     "functions": ["scaled_dot_product_attention"],
+    {"id": 1, "op": "setup",
      "forbidden": [{"api": "torch.nn.MultiheadAttention", "names": [...], "kernels": [...]}],
      "autograd": true}
-    {"id": 2, "op": "call", "fn": "causal_mask", "args": [...], "kwargs": {...}, "device": "cpu",
+    {"id": 2, "op": "load", "module": "attention", "path": "/workspace/01-attention",
+     "functions": ["scaled_dot_product_attention"]}
+    {"id": 3, "op": "call", "fn": "causal_mask", "args": [...], "kwargs": {...}, "device": "cpu",
      "grad": {"wrt": [0, 1], "seeds": [...]}, "count_ops": false, "echo_args": false}
-    {"id": 3, "op": "call", "fn": "GroupedQueryAttention", "args": [...], "device": "cpu",
+    {"id": 4, "op": "call", "fn": "GroupedQueryAttention", "args": [...], "device": "cpu",
      "module": {"init_args": [...], "init_kwargs": {...}, "dtype": "float64",
                 "state": {"names": [...], "values": {"$tuple": [...]}}, "method": "__call__",
                 "describe": true},
      "grad": {"wrt": [0], "seeds": [...], "params": ["q_proj.weight", ...]}}
 
-    {"id": 4, "op": "hold", "key": "held-0", "value": {"$dict": {...}}}     (then "$held" in a call: held.py)
+    {"id": 5, "op": "hold", "key": "held-0", "value": {"$dict": {...}}}     (then "$held" in a call: held.py)
+
+"setup" makes the exercise's forbidden APIs unusable (and autograd, or Triton's mode, as the
+exercise says) before any learner code exists in this process, so its reply is this folder's own
+word: a failure there is lumen-ex's, never the learner's (the harness reports it so). "load" then
+imports the learner's module; from that reply on, every reply is a claim.
 
 A call with "module" builds the named nn.Module class first (module_call.py) and calls one of its
 methods; "grad"'s "params" asks for the gradients of named parameters as well (by name, in that order).
@@ -165,7 +171,10 @@ def serve(req_fd: int, rep_fd: int) -> int:
         rid, op = header.get("id"), header.get("op")
         started = time.perf_counter()
         try:
-            if op == "load":
+            if op == "setup":
+                setup(header)
+                reply, out = {"ok": True}, []
+            elif op == "load":
                 module, reply, out = load(header, tensors), {"ok": True}, []
                 reply["functions"] = describe_functions(module, header.get("functions", []))
             elif op == "hold":
@@ -196,6 +205,15 @@ def send(fd: int, header: dict[str, object], tensors: Sequence[torch.Tensor] = (
     wire.write_all(fd, wire.encode_frame(header, list(tensors)))
 
 
+def setup(header: dict[str, Any]) -> None:
+    """What the exercise asks of this process before the learner's module exists in it."""
+    forbid.disable(list(header.get("forbidden", [])))
+    if header.get("autograd") is False:     # exercise.toml autograd = false
+        forbid.autograd_off()
+    if header.get("kernel"):                # exercise.toml kernel = "triton"
+        _kernels().prepare(header["kernel"])
+
+
 def load(header: dict[str, Any], tensors: Sequence[torch.Tensor] = ()) -> types.ModuleType:
     path, name = str(header["path"]), str(header["module"])
     source = None
@@ -204,12 +222,10 @@ def load(header: dict[str, Any], tensors: Sequence[torch.Tensor] = ()) -> types.
     LEARNER_DIRS.append(os.path.realpath(path))
     # The learner's folder is never put on sys.path: no file in it can stand in for a module that
     # the learner's code, torch or the standard library imports by name.
-    forbid.disable(list(header.get("forbidden", [])))
-    if header.get("autograd") is False:     # exercise.toml autograd = false
-        forbid.autograd_off()
-    if header.get("kernel"):                # exercise.toml kernel = "triton"
-        _kernels().prepare(header["kernel"], os.path.join(path, name + ".py"), source)
-    return import_exact(name, os.path.join(path, name + ".py"), source)
+    file = os.path.join(path, name + ".py")
+    if header.get("kernel") and source is not None:     # @triton.jit reads its source through inspect
+        _kernels().register_source(file, source)
+    return import_exact(name, file, source)
 
 
 def import_exact(name: str, file: str, source: bytes | None = None) -> types.ModuleType:
