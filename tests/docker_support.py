@@ -37,6 +37,15 @@ def docker_param(value="docker"):
     return pytest.param(value, marks=requires_docker, id=str(value))
 
 
+def slot_launcher():
+    """A docker grading slot (src/lumen_ex/sandbox/docker_slot.py) on this lumen-ex's grader image, as one
+    `lumen-ex grade --sandbox docker` process keeps one: each worker is forked, fresh, from its
+    zygote. The caller closes it (Launcher.close stops the slot's container)."""
+    from lumen_ex.sandbox.docker_slot import DockerSlotLauncher
+
+    return DockerSlotLauncher(docker_backend.probe()[1].ref)
+
+
 def containers(**filters: str) -> list[str]:
     """Names of every container, running or not, matching docker ps filters (volume=PATH, name=...)."""
     args = ["ps", "-a", "--format", "{{.Names}}"]

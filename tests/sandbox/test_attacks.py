@@ -57,7 +57,14 @@ from pathlib import Path
 import pytest
 from conftest import CORPORA, CORPUS, requires_bwrap, tree_hash, workspace_with
 from corpus_headers import headers
-from docker_support import containers_of_workspace, docker_param, live_processes_with, requires_docker, wait_until
+from docker_support import (
+    containers_of_workspace,
+    docker_param,
+    live_processes_with,
+    requires_docker,
+    slot_launcher,
+    wait_until,
+)
 
 from lumen_ex.core import catalog
 from lumen_ex.core.results import RunResult, Status
@@ -287,10 +294,7 @@ def assert_defeated(run: Run) -> None:
 def docker_slot():
     """One grading slot for the module's IN_SLOT attacks, as one `lumen-ex grade --sandbox docker`
     process keeps one for its whole batch: each attack's worker is forked in it, fresh."""
-    from lumen_ex.sandbox import docker
-    from lumen_ex.sandbox.docker_slot import DockerSlotLauncher
-
-    launcher = DockerSlotLauncher(docker.probe()[1].ref)
+    launcher = slot_launcher()
     yield launcher
     launcher.close()
 

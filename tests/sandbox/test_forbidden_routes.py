@@ -22,7 +22,7 @@ import sys
 
 import pytest
 from conftest import CORPORA, requires_bwrap, workspace_with
-from docker_support import docker_param
+from docker_support import docker_param, slot_launcher
 
 from lumen_ex.core import catalog
 from lumen_ex.core.forbidden import ForbiddenAPI
@@ -413,17 +413,15 @@ def _launcher(kind: str):
     """A real launcher of ``kind``: bwrap's fresh workers, workers forked from a bwrap zygote, the
     unisolated mode's, or workers forked in a docker grading slot (skips where that backend is missing).
     The caller closes it (Launcher.close: the zygote or the slot it keeps)."""
-    from lumen_ex.sandbox import docker
     from lumen_ex.sandbox import zygote as zygotes
     from lumen_ex.sandbox.bwrap import BwrapLauncher
-    from lumen_ex.sandbox.docker_slot import DockerSlotLauncher
     from lumen_ex.sandbox.unisolated import UnisolatedLauncher
 
     if kind in ("bwrap", "forked") and not BwrapLauncher.availability().ok or (
             kind in ("forked", "docker-slot") and not zygotes.supported()):
         pytest.skip("no bwrap (or zygote) here")
     return {"bwrap": BwrapLauncher, "forked": lambda: zygotes.ZygoteLauncher(BwrapLauncher()),
-            "none": UnisolatedLauncher, "docker-slot": lambda: DockerSlotLauncher(docker.probe()[1].ref)}[kind]()
+            "none": UnisolatedLauncher, "docker-slot": slot_launcher}[kind]()
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from docker_support import docker_param
+from docker_support import docker_param, slot_launcher
 
 from lumen_ex.author import Held
 from lumen_ex.harness.client import WorkerFailure, WorkerPool
@@ -44,10 +44,7 @@ def probe(request, forked_bwrap, tmp_path):
     if request.param == "bwrap" and forked_bwrap is None:
         pytest.skip("bubblewrap unavailable")
     if request.param == "docker":
-        from lumen_ex.sandbox import docker
-        from lumen_ex.sandbox.docker_slot import DockerSlotLauncher
-
-        launcher = DockerSlotLauncher(docker.probe()[1].ref)
+        launcher = slot_launcher()
     ws: Path = tmp_path / "ws"
     (ws / "probe").mkdir(parents=True)
     (ws / "probe" / "probe_mod.py").write_text(PROBE)

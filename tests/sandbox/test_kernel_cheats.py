@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import requires_bwrap
-from docker_support import docker_param
+from docker_support import docker_param, slot_launcher
 
 from lumen_ex.core import catalog
 from lumen_ex.core.results import Status
@@ -52,10 +52,7 @@ def test_every_cheat_scores_nothing_and_is_refused_on_every_test(grade, backend)
     the reference's launches run in the image's Triton interpreter, its compile in the image's Triton)."""
     slot, sandbox = None, None
     if backend == "docker":
-        from lumen_ex.sandbox import docker
-        from lumen_ex.sandbox.docker_slot import DockerSlotLauncher
-
-        slot, sandbox = DockerSlotLauncher(docker.probe()[1].ref), "docker"
+        slot, sandbox = slot_launcher(), "docker"
     try:
         reference = grade(14, REFERENCE.read_text(), seed=3, sandbox=sandbox, launcher=slot)
         assert reference.sandbox.backend == backend and reference.status is Status.PASS, reference.message

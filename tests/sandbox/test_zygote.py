@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CORPORA, CORPUS, REFERENCES
-from docker_support import docker_param
+from docker_support import docker_param, slot_launcher
 
 from lumen_ex.harness.client import WorkerFailure, WorkerPool
 from lumen_ex.harness.proxy import LearnerModule
@@ -36,7 +36,6 @@ from lumen_ex.sandbox import zygote as zygotes
 from lumen_ex.sandbox.base import WorkerSpec
 from lumen_ex.sandbox.bwrap import BwrapLauncher
 from lumen_ex.sandbox.cgroups import Limits
-from lumen_ex.sandbox.docker_slot import DockerSlotLauncher
 
 pytestmark = pytest.mark.skipif(not zygotes.supported(), reason="no zygote on this machine")
 
@@ -193,7 +192,7 @@ def zygote(request):
             pytest.skip(BwrapLauncher.availability().reason)
         launcher = zygotes.ZygoteLauncher(BwrapLauncher())
     else:
-        launcher = DockerSlotLauncher(docker.probe()[1].ref)
+        launcher = slot_launcher()
     yield launcher
     launcher.close()
 
