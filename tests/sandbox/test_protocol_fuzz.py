@@ -35,7 +35,14 @@ from hypothesis import strategies as st
 from lumen_ex.core.limits import Limits
 from lumen_ex.core.results import CheckFailed
 from lumen_ex.harness import wire_replies
-from lumen_ex.harness.client import LearnerError, SetupFailed, WorkerFailure, WorkerPool, WorkerProtocolError
+from lumen_ex.harness.client import (
+    START_HINT,
+    LearnerError,
+    SetupFailed,
+    WorkerFailure,
+    WorkerPool,
+    WorkerProtocolError,
+)
 from lumen_ex.harness.proxy import LearnerModule
 from lumen_ex.sandbox.base import WorkerSpec
 from lumen_ex.sandbox.cgroups import Enforcement
@@ -277,8 +284,13 @@ def test_any_bytes_in_answer_to_a_call(data):
 @FUZZ
 @given(st.binary(max_size=1024))
 def test_any_bytes_at_start_up(data):
-    outcome = outcome_of_call(data)
-    assert isinstance(outcome, ALLOWED)
+    """Before its hello a worker has run no learner code: one that ends before a whole hello did not
+    start (SetupFailed, lumen-ex's); a malformed hello is a protocol error, as every malformed reply is."""
+    try:
+        outcome = outcome_of_call(data)
+    except SetupFailed as exc:
+        outcome = exc
+    assert isinstance(outcome, (*ALLOWED, SetupFailed))
 
 
 @FUZZ
@@ -350,6 +362,43 @@ def test_a_failed_setup_fails_every_test_as_lumen_exs_with_one_worker():
         for _ in range(2):
             with pytest.raises(SetupFailed, match="TypeError: 'int' object is not iterable"):
                 sub.call("f", (torch.ones(2),))
+        assert len(launcher.launched) == 1
+    finally:
+        pool.close()
+        launcher.close_all()
+
+
+class SilentLaunched(FakeLaunched):
+    """A worker that never says hello: its reply pipe stays open and empty."""
+
+    def __init__(self):
+        super().__init__(b"")
+        os.close(self.reply_fd)
+        self.reply_fd, self._writer = os.pipe()
+
+    def kill(self) -> None:
+        if not self._closed:
+            os.close(self._writer)
+        super().kill()
+
+
+@pytest.mark.parametrize("start", ["silent", "dead"])
+def test_a_worker_that_never_started_is_a_setup_failure_not_the_learners(start):
+    """No hello in time (a silent worker), or none at all (one whose pipe closes first): no learner
+    code ever ran in it, so every test gets the same SetupFailed (a grader error, with the hint that
+    it is not their code), never a timeout or a crash charged to the submission, and no other
+    worker is started for it."""
+    launcher = FakeLauncher()
+    launcher.launch = lambda spec: launcher.launched.append(SilentLaunched() if start == "silent"
+                                                            else FakeLaunched(b"")) or launcher.launched[-1]
+    spec = WorkerSpec(workspace=Path("/nonexistent"), module_dir=Path("/nonexistent"))
+    pool = WorkerPool(launcher, spec, module="m", functions=FUNCTIONS, startup_timeout=0.3, call_timeout=5)
+    sub = LearnerModule(pool, "cpu", "m.py")
+    try:
+        for _ in range(2):
+            with pytest.raises(SetupFailed, match="the sandboxed process did not start") as caught:
+                sub.call("f", (torch.ones(2),))
+            assert caught.value.hint == START_HINT
         assert len(launcher.launched) == 1
     finally:
         pool.close()

@@ -433,6 +433,38 @@ def test_an_interpreter_path_through_an_unmounted_folder_still_starts_workers(tm
     assert status == "pass" and float(score) == float(top), proc.stdout
 
 
+@requires_bwrap
+@pytest.mark.slow
+def test_a_worker_that_dies_before_its_hello_is_never_the_learners_fault(tmp_path, monkeypatch):
+    """A worker that cannot start (here, for real under bwrap: an address-space limit that torch's
+    import does not fit in, so the worker dies before its hello) has run none of the learner's code:
+    every test is a grader error that says the process did not start and that it is not their code,
+    never "importing your module" nor a verdict on the file (a correct one here)."""
+    from conftest import workspace_with
+
+    from lumen_ex.harness import check
+    from lumen_ex.harness.client import START_HINT
+
+    spec_of = check.worker_spec
+    monkeypatch.setattr(check, "worker_spec", lambda *a, **k: _tiny(spec_of(*a, **k)))
+    root = workspace_with(tmp_path, 1, REFERENCES["attention"])
+    result = check.run_check(1, workspace=root, sandbox="bwrap", seed=3, device="cpu", record=False,
+                             select="test_values or test_causal_mask")
+    ran = [t for t in result.tests if t.status.value != "skipped"]
+    assert result.status.value == "error" and ran, [(t.id, t.status, t.message) for t in result.tests]
+    for t in ran:
+        assert t.status.value == "error" and t.diagnosis.kind == "grader", (t.id, t.status, t.message)
+        assert "the sandboxed process did not start" in t.message and "importing your module" not in t.message
+        assert t.diagnosis.hint == START_HINT
+
+
+def _tiny(spec: WorkerSpec) -> WorkerSpec:
+    """``spec`` with 64 MB of address space: Python starts, torch's import cannot."""
+    from dataclasses import replace
+
+    return replace(spec, limits=replace(spec.limits, memory_mb=64))
+
+
 @pytest.mark.parametrize("why", ["not installed", "no user namespaces"])
 def test_a_missing_sandbox_is_one_line_and_the_step_that_brings_it(monkeypatch, why):
     """`--sandbox bwrap` where bwrap cannot run: exit code 3, the reason, then the one step that fixes

@@ -104,15 +104,22 @@ class ImportFailed(LearnerError):
     """The learner's module raised while being imported: every test fails the same way."""
 
 
-class SetupFailed(Exception):
-    """The worker could not do what the exercise asks of it before the learner's module is imported
-    (the "setup" request: src/lumen_ex/sandbox/inside/worker.py). No learner code had run in that
-    process, so this is lumen-ex's own failure, never the learner's: every test is a grader error."""
+BUG_HINT = "This is a bug in lumen-ex, not in your code: please report it."
+START_HINT = ("This is not your code (the machine may be busy, or the sandbox broken): check again; if it "
+              "happens again, run `lumen-ex doctor` and report what it says.")
 
-    def __init__(self, error: dict[str, Any], output: str = ""):
+
+class SetupFailed(Exception):
+    """The worker failed before the learner's module existed in it: it did not start (no hello in
+    time, or it died first), or it could not do what the exercise asks of it before the import (the
+    "setup" request: src/lumen_ex/sandbox/inside/worker.py). No learner code had run in that process,
+    so this is never the learner's failure: every test is a grader error, with ``hint`` to say what
+    to do."""
+
+    def __init__(self, error: dict[str, Any], output: str = "", hint: str = BUG_HINT):
         self.type = str(error.get("type", "Exception"))[:100]
         self.message = str(error.get("message", ""))[:1000]
-        self.output = output
+        self.output, self.hint = output, hint
         super().__init__(f"{self.type}: {self.message}")
 
 
@@ -392,7 +399,13 @@ class WorkerPool:
         assert worker is not None     # spawn() leaves one
         try:
             hello_deadline = time.monotonic() + self._timeout(self.startup_timeout)
-            worker.wait_hello(hello_deadline)
+            try:
+                worker.wait_hello(hello_deadline)
+            except (WorkerTimeout, WorkerCrashed) as exc:   # not started: no learner code has run in it
+                self._drop_failed()
+                self.load_failure = SetupFailed({"type": "the sandboxed process did not start", "message": str(exc)},
+                                                exc.output, START_HINT)
+                raise self.load_failure.with_traceback(None) from None
             if not self.loaded:
                 self._setup(worker)
                 load: dict[str, Any] = {"op": "load", "module": self.module, "path": worker.launched.module_path,

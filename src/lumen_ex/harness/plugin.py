@@ -172,8 +172,7 @@ def _classify(excinfo: pytest.ExceptionInfo[BaseException] | None,
         diag = import_failure(exc)
     elif isinstance(exc, SetupFailed):
         diag = Diagnosis("grader", f"lumen-ex could not prepare the process your code runs in, before any of your "
-                                   f"code ran: {exc}"[:500],
-                         hint="This is a bug in lumen-ex, not in your code: please report it.")
+                                   f"code ran: {exc}"[:500], hint=exc.hint)
     elif isinstance(exc, LearnerError):
         diag = _learner_error(exc)
     elif isinstance(exc, WorkerFailure):
