@@ -369,12 +369,14 @@ def test_a_failed_setup_fails_every_test_as_lumen_exs_with_one_worker():
 
 
 class SilentLaunched(FakeLaunched):
-    """A worker that never says hello: its reply pipe stays open and empty."""
+    """A worker that says ``first`` (nothing, or its hello) and then nothing more: its reply pipe
+    stays open."""
 
-    def __init__(self):
+    def __init__(self, first: bytes = b""):
         super().__init__(b"")
         os.close(self.reply_fd)
         self.reply_fd, self._writer = os.pipe()
+        os.write(self._writer, first)
 
     def kill(self) -> None:
         if not self._closed:
@@ -382,21 +384,29 @@ class SilentLaunched(FakeLaunched):
         super().kill()
 
 
-@pytest.mark.parametrize("start", ["silent", "dead"])
-def test_a_worker_that_never_started_is_a_setup_failure_not_the_learners(start):
-    """No hello in time (a silent worker), or none at all (one whose pipe closes first): no learner
-    code ever ran in it, so every test gets the same SetupFailed (a grader error, with the hint that
-    it is not their code), never a timeout or a crash charged to the submission, and no other
-    worker is started for it."""
+START_CASES = {   # how the worker's start ends: the stand-in, what SetupFailed says
+    "silent before its hello": (lambda: SilentLaunched(), "did not start"),
+    "dead before its hello": (lambda: FakeLaunched(b""), "did not start"),
+    "silent after its hello": (lambda: SilentLaunched(HELLO), "did not get ready"),
+    "dead after its hello": (lambda: FakeLaunched(HELLO), "did not get ready"),
+}
+
+
+@pytest.mark.parametrize("start", list(START_CASES))
+def test_a_worker_that_never_got_ready_is_a_setup_failure_not_the_learners(start):
+    """No hello in time, none at all, or no answer to "setup" (silent, or its pipe closed): no
+    learner code ever ran in that worker, so every test gets the same SetupFailed (a grader error,
+    with the hint that it is not their code), never a timeout or a crash charged to the submission,
+    and no other worker is started for it."""
+    make, says = START_CASES[start]
     launcher = FakeLauncher()
-    launcher.launch = lambda spec: launcher.launched.append(SilentLaunched() if start == "silent"
-                                                            else FakeLaunched(b"")) or launcher.launched[-1]
+    launcher.launch = lambda spec: launcher.launched.append(make()) or launcher.launched[-1]
     spec = WorkerSpec(workspace=Path("/nonexistent"), module_dir=Path("/nonexistent"))
-    pool = WorkerPool(launcher, spec, module="m", functions=FUNCTIONS, startup_timeout=0.3, call_timeout=5)
+    pool = WorkerPool(launcher, spec, module="m", functions=FUNCTIONS, startup_timeout=0.3, call_timeout=0.3)
     sub = LearnerModule(pool, "cpu", "m.py")
     try:
         for _ in range(2):
-            with pytest.raises(SetupFailed, match="the sandboxed process did not start") as caught:
+            with pytest.raises(SetupFailed, match=f"the sandboxed process {says}") as caught:
                 sub.call("f", (torch.ones(2),))
             assert caught.value.hint == START_HINT
         assert len(launcher.launched) == 1

@@ -440,13 +440,21 @@ class WorkerPool:
     def _setup(self, worker: Worker) -> None:
         """Ask a fresh worker to do what the exercise asks before the learner's module is imported (its
         forbidden APIs, autograd, Triton's mode). Its reply comes before any learner code exists in the
-        worker, so a failure is lumen-ex's (:class:`SetupFailed`), kept for every test as an import
-        failure is; a malformed reply is still a protocol failure, as every reply is."""
+        worker, so an error in it, or no reply at all, is never the learner's (:class:`SetupFailed`),
+        kept for every test as an import failure is; a malformed reply is still a protocol failure, as
+        every reply is."""
         setup: dict[str, Any] = {"op": "setup", "autograd": self.autograd,
                                  "forbidden": [api.to_wire() for api in self.forbidden]}
         if self.kernel:       # Triton's interpreter unless the kernels run on a GPU
             setup["kernel"] = {"language": self.kernel, "interpret": self.spec.device != "cuda" and not self.compiling}
-        reply = worker.request(setup, [], self._timeout(self.call_timeout))
+        limit = self._timeout(self.call_timeout)    # past the run's deadline: the learner's earlier tests spent it
+        try:
+            reply = worker.request(setup, [], limit)
+        except (WorkerTimeout, WorkerCrashed) as exc:   # no answer: it did not get as far as the learner's import
+            self._drop_failed()
+            self.load_failure = SetupFailed({"type": "the sandboxed process did not get ready", "message": str(exc)},
+                                            exc.output, START_HINT)
+            raise self.load_failure.with_traceback(None) from None
         try:
             ok = wire_replies.check_ok(reply.header)
             error = {} if ok else wire_replies.check_error(reply.header.get("error"))
