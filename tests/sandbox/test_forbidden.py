@@ -413,3 +413,36 @@ def test_the_learners_own_import_error_is_still_theirs(tmp_path):
     for t in ran:
         assert t.diagnosis.kind == "import", (t.id, t.status, t.diagnosis.kind, t.message)
         assert "my own mistake at import" in t.message, t.message
+
+
+@requires_bwrap
+@pytest.mark.slow
+def test_the_worker_imports_no_learner_code_before_its_setup(tmp_path):
+    """The worker's own guard, for real under bwrap: a "load" that comes before "setup" (a harness
+    that forgot it) is refused, so no learner code ever runs with the forbidden APIs still usable;
+    and a "setup" after the load is refused too."""
+    from lumen_ex.harness.client import Worker
+    from lumen_ex.sandbox.base import WorkerSpec
+    from lumen_ex.sandbox.bwrap import BwrapLauncher
+
+    root = workspace_with(tmp_path, 1, HONEST_ATTENTION)
+    ex = catalog.load().find(1)
+    folder = root / ex.dir
+    spec = WorkerSpec(workspace=root, module_dir=folder, device="cpu", limits=ex.limits)
+    load = {"op": "load", "module": ex.module, "functions": list(ex.functions)}
+    for order in (["load"], ["setup", "load", "setup"]):
+        worker = Worker(BwrapLauncher().launch(spec))
+        try:
+            worker.wait_hello(time.monotonic() + 60)
+            replies = []
+            for op in order:
+                header = {"op": "setup", "forbidden": [], "autograd": True} if op == "setup" else \
+                    dict(load, path=worker.launched.module_path)
+                replies.append(worker.request(header, [], 60).header)
+        finally:
+            worker.kill()
+        if order == ["load"]:
+            assert replies[0]["ok"] is False and "load before setup" in replies[0]["error"]["message"], replies
+        else:
+            assert [r["ok"] for r in replies] == [True, True, False], replies
+            assert "setup after the learner's module was loaded" in replies[2]["error"]["message"], replies

@@ -55,6 +55,7 @@ else:
     wire = forbid = work_counter = held = torch = None  # imported in prepare(), once the extra site folders are on sys.path
 
 LEARNER_DIRS: list[str] = []
+SET_UP: list[bool] = []         # one entry once "setup" has been done: "load" comes after it, never before
 
 
 def _wire_module() -> types.ModuleType:
@@ -207,14 +208,19 @@ def send(fd: int, header: dict[str, object], tensors: Sequence[torch.Tensor] = (
 
 def setup(header: dict[str, Any]) -> None:
     """What the exercise asks of this process before the learner's module exists in it."""
+    if LEARNER_DIRS:
+        raise RuntimeError("setup after the learner's module was loaded")
     forbid.disable(list(header.get("forbidden", [])))
     if header.get("autograd") is False:     # exercise.toml autograd = false
         forbid.autograd_off()
     if header.get("kernel"):                # exercise.toml kernel = "triton"
         _kernels().prepare(header["kernel"])
+    SET_UP.append(True)
 
 
 def load(header: dict[str, Any], tensors: Sequence[torch.Tensor] = ()) -> types.ModuleType:
+    if not SET_UP:      # the forbidden APIs would still be usable: no learner code without them refused
+        raise RuntimeError("load before setup: the worker was not told what this exercise forbids")
     path, name = str(header["path"]), str(header["module"])
     source = None
     if header.get("source") == "tensor" and tensors:   # the harness's snapshot of the file
