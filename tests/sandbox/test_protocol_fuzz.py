@@ -14,7 +14,8 @@ generated replies through a stand-in worker whose reply pipe is a file of prepar
   NaN and huge integers in headers, truncated payloads.
 
 Every outcome must be one the harness reports against the submission (a WorkerFailure, a
-LearnerError, a CheckFailed or a result), never any other exception; each example is bounded in
+LearnerError, a CheckFailed or a result) or, before the learner's module exists in the worker,
+lumen-ex's own SetupFailed, never any other exception; each example is bounded in
 time by hypothesis's deadline and the whole file in memory by a check on the peak RSS.
 """
 
@@ -25,6 +26,7 @@ import os
 import resource
 import struct
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -121,14 +123,19 @@ class FakeLaunched:
 
 
 class FakeLauncher:
-    """Each launch answers with the next prepared stream; replacements just say hello."""
+    """Each launch answers with the next prepared stream (replacements just say hello), or is the
+    worker ``make`` returns."""
 
-    def __init__(self, *streams: bytes):
+    def __init__(self, *streams: bytes, make: Callable[[], FakeLaunched] | None = None):
         self.streams = list(streams)
+        self.make = make
         self.launched: list[FakeLaunched] = []
 
     def launch(self, spec) -> FakeLaunched:
-        launched = FakeLaunched(self.streams.pop(0) if self.streams else STARTED + LOAD_OK + GOOD_CALL)
+        if self.make is not None:
+            launched = self.make()
+        else:
+            launched = FakeLaunched(self.streams.pop(0) if self.streams else STARTED + LOAD_OK + GOOD_CALL)
         self.launched.append(launched)
         return launched
 
@@ -137,10 +144,13 @@ class FakeLauncher:
             launched.kill()
 
 
-def submission_for(*streams: bytes) -> tuple[LearnerModule, WorkerPool, FakeLauncher]:
-    launcher = FakeLauncher(*streams)
+def submission_for(*streams: bytes, launcher: FakeLauncher | None = None,
+                   timeout: float = 5) -> tuple[LearnerModule, WorkerPool, FakeLauncher]:
+    """The learner's module as a hidden test sees it, its workers answering with ``streams`` in turn
+    (or started by ``launcher``), each start-up and call limited to ``timeout`` seconds."""
+    launcher = FakeLauncher(*streams) if launcher is None else launcher
     spec = WorkerSpec(workspace=Path("/nonexistent"), module_dir=Path("/nonexistent"))
-    pool = WorkerPool(launcher, spec, module="m", functions=FUNCTIONS, startup_timeout=5, call_timeout=5)
+    pool = WorkerPool(launcher, spec, module="m", functions=FUNCTIONS, startup_timeout=timeout, call_timeout=timeout)
     return LearnerModule(pool, "cpu", "m.py"), pool, launcher
 
 
@@ -399,11 +409,7 @@ def test_a_worker_that_never_got_ready_is_a_setup_failure_not_the_learners(start
     with the hint that it is not their code), never a timeout or a crash charged to the submission,
     and no other worker is started for it."""
     make, says = START_CASES[start]
-    launcher = FakeLauncher()
-    launcher.launch = lambda spec: launcher.launched.append(make()) or launcher.launched[-1]
-    spec = WorkerSpec(workspace=Path("/nonexistent"), module_dir=Path("/nonexistent"))
-    pool = WorkerPool(launcher, spec, module="m", functions=FUNCTIONS, startup_timeout=0.3, call_timeout=0.3)
-    sub = LearnerModule(pool, "cpu", "m.py")
+    sub, pool, launcher = submission_for(launcher=FakeLauncher(make=make), timeout=0.3)
     try:
         for _ in range(2):
             with pytest.raises(SetupFailed, match=f"the sandboxed process {says}") as caught:

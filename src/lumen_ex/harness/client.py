@@ -402,10 +402,7 @@ class WorkerPool:
             try:
                 worker.wait_hello(hello_deadline)
             except (WorkerTimeout, WorkerCrashed) as exc:   # not started: no learner code has run in it
-                self._drop_failed()
-                self.load_failure = SetupFailed({"type": "the sandboxed process did not start", "message": str(exc)},
-                                                exc.output, START_HINT)
-                raise self.load_failure.with_traceback(None) from None
+                raise self._not_ready("did not start", exc) from None
             if not self.loaded:
                 self._setup(worker)
                 load: dict[str, Any] = {"op": "load", "module": self.module, "path": worker.launched.module_path,
@@ -437,6 +434,14 @@ class WorkerPool:
             raise self.load_failure.with_traceback(None) from None
         return worker
 
+    def _not_ready(self, what: str, exc: WorkerFailure) -> SetupFailed:
+        """A worker that hung or died before the learner's module existed in it (``what`` it did not
+        do): it is replaced, and the failure, never the learner's, is kept for every test."""
+        self._drop_failed()
+        self.load_failure = SetupFailed({"type": f"the sandboxed process {what}", "message": str(exc)}, exc.output,
+                                        START_HINT)
+        return self.load_failure.with_traceback(None)
+
     def _setup(self, worker: Worker) -> None:
         """Ask a fresh worker to do what the exercise asks before the learner's module is imported (its
         forbidden APIs, autograd, Triton's mode). Its reply comes before any learner code exists in the
@@ -451,10 +456,7 @@ class WorkerPool:
         try:
             reply = worker.request(setup, [], limit)
         except (WorkerTimeout, WorkerCrashed) as exc:   # no answer: it did not get as far as the learner's import
-            self._drop_failed()
-            self.load_failure = SetupFailed({"type": "the sandboxed process did not get ready", "message": str(exc)},
-                                            exc.output, START_HINT)
-            raise self.load_failure.with_traceback(None) from None
+            raise self._not_ready("did not get ready", exc) from None
         try:
             ok = wire_replies.check_ok(reply.header)
             error = {} if ok else wire_replies.check_error(reply.header.get("error"))

@@ -19,7 +19,7 @@ import pytest
 
 from lumen_ex.core.catalog import Exercise
 from lumen_ex.core.results import CheckFailed, Diagnosis, Status, TestResult, take_notes, take_tolerance_share
-from lumen_ex.harness.client import ImportFailed, LearnerError, SetupFailed, WorkerFailure
+from lumen_ex.harness.client import BUG_HINT, ImportFailed, LearnerError, SetupFailed, WorkerFailure
 from lumen_ex.harness.float32_cause import float32_cause
 from lumen_ex.harness.proxy import LearnerModule
 
@@ -185,7 +185,7 @@ def _classify(excinfo: pytest.ExceptionInfo[BaseException] | None,
         diag = author_fault(excinfo, exercise) if exercise is not None and excinfo is not None else None
         if diag is None:
             diag = Diagnosis("grader", f"the grader itself failed: {type(exc).__name__}: {exc}"[:500],
-                             hint="This is a bug in lumen-ex, not in your code: please report it.")
+                             hint=BUG_HINT)
     return STATUS_OF_KIND.get(diag.kind, Status.FAIL), diag
 
 
