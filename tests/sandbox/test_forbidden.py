@@ -14,13 +14,14 @@ Then real attacks graded end to end under bwrap and docker: each must FAIL with 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
 
 import pytest
 from conftest import CORPORA, requires_bwrap, workspace_with
-from docker_support import docker_param
+from docker_support import docker_param, slot_launcher
 
 from lumen_ex.core import catalog
 from lumen_ex.core.forbidden import ForbiddenAPI
@@ -382,16 +383,36 @@ def test_patched_work_counter_is_caught_by_the_graders_clock(tmp_path, monkeypat
     assert time.monotonic() - started < 60
 
 
-@requires_bwrap
+# The worker's side of setup under each backend whose harness is this process: a fresh bwrap worker,
+# and a worker forked in a docker grading slot (a cold docker check runs its harness in the container).
+SETUP_BACKENDS = [pytest.param("bwrap", marks=requires_bwrap, id="bwrap"), docker_param("docker-slot")]
+
+
+@contextlib.contextmanager
+def setup_launcher(kind: str):
+    """bwrap's launcher, or a docker grading slot (closed afterwards)."""
+    from lumen_ex.sandbox.bwrap import BwrapLauncher
+
+    launcher = BwrapLauncher() if kind == "bwrap" else slot_launcher()
+    try:
+        yield launcher
+    finally:
+        launcher.close()
+
+
 @pytest.mark.slow
-def test_a_failure_of_the_workers_own_setup_is_lumen_exs_not_the_learners(tmp_path, monkeypatch):
+@pytest.mark.parametrize("kind", SETUP_BACKENDS)
+def test_a_failure_of_the_workers_own_setup_is_lumen_exs_not_the_learners(tmp_path, monkeypatch, kind):
     """The worker makes the exercise's forbidden APIs unusable before the learner's module exists in
     it (its "setup" request: src/lumen_ex/sandbox/inside/worker.py). A failure there is lumen-ex's on
     every test (a grader error that says so), never the learner's import error, and a correct file is
     not failed for it. Made to fail for real in the sandbox: this process's harness tells the worker
     a forbidden API its layer cannot read."""
     monkeypatch.setattr(ForbiddenAPI, "to_wire", lambda self: {"api": self.name, "names": 5})
-    result = graded(tmp_path, 1, HONEST_ATTENTION, "bwrap", select="test_values or test_causal_mask")
+    with setup_launcher(kind) as launcher:
+        result = run_check(1, workspace=workspace_with(tmp_path, 1, HONEST_ATTENTION), launcher=launcher, seed=1234,
+                           device="cpu", record=False, select="test_values or test_causal_mask")
+    assert result.sandbox.backend == ("bwrap" if kind == "bwrap" else "docker"), result.sandbox
     ran = [t for t in result.tests if t.status is not Status.SKIPPED]
     assert result.status is Status.ERROR and ran, [(t.id, t.status, t.message) for t in result.tests]
     for t in ran:
@@ -414,15 +435,14 @@ def test_the_learners_own_import_error_is_still_theirs(tmp_path):
         assert "my own mistake at import" in t.message, t.message
 
 
-@requires_bwrap
 @pytest.mark.slow
-def test_the_worker_imports_no_learner_code_before_its_setup(tmp_path):
-    """The worker's own guard, for real under bwrap: a "load" that comes before "setup" (a harness
+@pytest.mark.parametrize("kind", SETUP_BACKENDS)
+def test_the_worker_imports_no_learner_code_before_its_setup(tmp_path, kind):
+    """The worker's own guard, for real in the sandbox: a "load" that comes before "setup" (a harness
     that forgot it) is refused, so no learner code ever runs with the forbidden APIs still usable;
     and a "setup" after the load is refused too."""
     from lumen_ex.harness.client import Worker
     from lumen_ex.sandbox.base import WorkerSpec
-    from lumen_ex.sandbox.bwrap import BwrapLauncher
 
     root = workspace_with(tmp_path, 1, HONEST_ATTENTION)
     ex = catalog.load().find(1)
@@ -430,16 +450,17 @@ def test_the_worker_imports_no_learner_code_before_its_setup(tmp_path):
     spec = WorkerSpec(workspace=root, module_dir=folder, device="cpu", limits=ex.limits)
     load = {"op": "load", "module": ex.module, "functions": list(ex.functions)}
     for order in (["load"], ["setup", "load", "setup"]):
-        worker = Worker(BwrapLauncher().launch(spec))
-        try:
-            worker.wait_hello(time.monotonic() + 60)
-            replies = []
-            for op in order:
-                header = {"op": "setup", "forbidden": [], "autograd": True} if op == "setup" else \
-                    dict(load, path=worker.launched.module_path)
-                replies.append(worker.request(header, [], 60).header)
-        finally:
-            worker.kill()
+        with setup_launcher(kind) as launcher:
+            worker = Worker(launcher.launch(spec))
+            try:
+                worker.wait_hello(time.monotonic() + 60)
+                replies = []
+                for op in order:
+                    header = {"op": "setup", "forbidden": [], "autograd": True} if op == "setup" else \
+                        dict(load, path=worker.launched.module_path)
+                    replies.append(worker.request(header, [], 60).header)
+            finally:
+                worker.kill()
         if order == ["load"]:
             assert replies[0]["ok"] is False and "load before setup" in replies[0]["error"]["message"], replies
         else:
