@@ -345,7 +345,9 @@ def test_ctrl_c_leaves_nothing_behind_and_a_rerun_resumes(tmp_path):
     assert proc.returncode == 130, stdout + stderr
     assert "Interrupted:" in stderr and "Run the same command again to resume" in stderr
     time.sleep(0.5)
-    alive = {pid: cmd for pid, (cmd, start) in snapshot.items() if _start_time(pid) == start}
+    # A process already dead at the snapshot (start "") is not one Ctrl-C could leave behind; comparing
+    # its "" with the "" of a process gone since would call it alive.
+    alive = {pid: cmd for pid, (cmd, start) in snapshot.items() if start and _start_time(pid) == start}
     assert not alive, f"left behind after Ctrl-C: {alive}"
     graders = [pid for pid, (cmd, _) in snapshot.items() if b"lumen_ex.classroom.grading_main" in cmd]
     from lumen_ex.sandbox import cgroups as limits
