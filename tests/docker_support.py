@@ -6,8 +6,6 @@ Docker tests need a running engine and the grader image of exactly this lumen-ex
 
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 
 import pytest
@@ -58,33 +56,6 @@ def containers(**filters: str) -> list[str]:
 
 def containers_of_workspace(workspace: Path) -> list[str]:
     return containers(volume=str(Path(workspace).resolve()))
-
-
-def wait_until(predicate, timeout: float, step: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()
-
-
-def live_processes_with(token: str) -> list[int]:
-    """Host pids (any namespace: containers included) whose name or command line holds ``token``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_bytes()
-            if stat.rsplit(b")", 1)[1].split()[0] == b"Z":
-                continue
-            text = Path(f"/proc/{entry}/comm").read_bytes() + Path(f"/proc/{entry}/cmdline").read_bytes()
-        except (OSError, IndexError):
-            continue
-        if token.encode() in text:
-            found.append(int(entry))
-    return found
 
 
 def summary(result) -> list[tuple[str, str, float]]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conftest import LUMEN_EX, interruptible
+from proc_support import descendants, running_with
 
 START_TIMEOUT = 60.0
 
@@ -123,33 +124,12 @@ def serve(workspace: Path, *args: str, env: dict | None = None) -> Served:
     raise AssertionError("lumen-ex serve did not print its URL:\n" + "\n".join(printed))
 
 
-def _processes() -> dict[int, tuple[int, str]]:
-    """Every process but this one: pid -> (parent pid, command line)."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                parent = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, IndexError, ValueError):
-            continue
-        found[int(entry)] = (parent, cmdline)
-    return found
-
-
 def processes_naming(text: str) -> list[str]:
-    """The command lines of running processes that mention ``text`` (a workspace's path: every
-    worker the server starts names it), to show that stopping the server left none behind."""
-    return [f"{pid}: {cmdline[:200]}" for pid, (_, cmdline) in _processes().items() if text in cmdline]
+    """The running processes whose command line mentions ``text`` (a workspace's path: every worker the
+    server starts names it), to show that stopping the server left none behind."""
+    return [str(proc) for proc in running_with(text)]
 
 
 def workers_of(pid: int) -> list[str]:
     """The sandboxed workers (worker.py processes) among the descendants of ``pid``."""
-    procs, found, frontier = _processes(), [], {pid}
-    while frontier:
-        frontier = {child for child, (parent, _) in procs.items() if parent in frontier}
-        found += [f"{c}: {procs[c][1][:120]}" for c in frontier if "worker.py" in procs[c][1]]
-    return found
+    return [str(proc) for proc in descendants(pid).values() if proc.running and b"worker.py" in proc.cmdline]

@@ -31,8 +31,9 @@ from pathlib import Path
 
 import pytest
 from conftest import REFERENCES, pack_copy, requires_bwrap
-from docker_support import containers, needs_docker, wait_until
+from docker_support import containers, needs_docker
 from helpers.cli import normalise, run, server_env, server_log
+from proc_support import wait_until
 
 from lumen_ex.core.workspace import Workspace
 from lumen_ex.learner import check_server

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import CORPORA, CORPUS, LUMEN_EX, ROOT, best_sandbox, interruptible, requires_bwrap, workspace_with
 from helpers.classes import CAT, EX1, EX2, REF1, SHA, grade, make_class, put, zip_folder
+from proc_support import descendants, running_with, still_running_after, wait_until
 
 from lumen_ex.classroom.batch_types import Job
 from lumen_ex.classroom.grading_processes import GradingProcess
@@ -247,7 +248,7 @@ def test_crashed_and_hung_grading_processes_still_get_a_row(tmp_path):
     assert stopper["status"] == "error" and stopper["message"].startswith("grading ran past its time limit of 30 s")
     book = gradebook(out)
     assert book["killer"]["status"] == book["stopper"]["status"] == "error" and book["good"]["status"] == "pass"
-    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and str(out).encode() in _cmdline(p)]
+    assert wait_until(lambda: not running_with(str(out)), 10), [str(p) for p in running_with(str(out))]
 
 
 def test_the_unisolated_mode_is_refused_without_unsafe(tmp_path):
@@ -279,41 +280,6 @@ def test_usage_errors(tmp_path):
 # -- Ctrl-C ----------------------------------------------------------------------------------------
 
 
-def _cmdline(proc_dir: Path) -> bytes:
-    try:
-        return (proc_dir / "cmdline").read_bytes()
-    except OSError:
-        return b""
-
-
-def _descendants(pid: int) -> dict[int, tuple[bytes, str]]:
-    """Every process below ``pid``: its command line and start time (to tell it from a reused pid)."""
-    children: dict[int, list[int]] = {}
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
-                children.setdefault(int(fields[1]), []).append(int(p.name))
-            except (OSError, IndexError):
-                pass
-    out, todo = {}, [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out[child] = (_cmdline(Path(f"/proc/{child}")), _start_time(child))
-            todo.append(child)
-    return out
-
-
-def _start_time(pid: int) -> str:
-    """The start time of a process that is still running ("" when gone, or dead and only waiting to
-    be reaped: a killed sandbox's inner process is reparented to init, which reaps it later)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return ""
-    return "" if fields[0] in ("Z", "X") else fields[19]
-
-
 @requires_bwrap
 @pytest.mark.slow
 def test_ctrl_c_leaves_nothing_behind_and_a_rerun_resumes(tmp_path):
@@ -331,25 +297,22 @@ def test_ctrl_c_leaves_nothing_behind_and_a_rerun_resumes(tmp_path):
     snapshot: dict = {}
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and proc.poll() is None:   # until sandboxed workers are running
-        snapshot = _descendants(proc.pid)
-        workers = [cmd for cmd, _ in snapshot.values()     # not the sandbox probe (`bwrap ... -- true`)
-                   if cmd.startswith(b"bwrap") and not cmd.endswith(b"\x00--\x00true\x00")]
-        graders = [cmd for cmd, _ in snapshot.values() if b"lumen_ex.classroom.grading_main" in cmd]
+        snapshot = descendants(proc.pid)
+        workers = [p for p in snapshot.values()     # not the sandbox probe (`bwrap ... -- true`)
+                   if p.cmdline.startswith(b"bwrap") and not p.cmdline.endswith(b"\x00--\x00true\x00")]
+        graders = [p for p in snapshot.values() if b"lumen_ex.classroom.grading_main" in p.cmdline]
         if len(workers) >= 2 and graders:
             break
         time.sleep(0.1)
-    assert proc.poll() is None and any(b"lumen_ex.classroom.grading_main" in c for c, _ in snapshot.values()), snapshot
-    snapshot = _descendants(proc.pid)
+    assert proc.poll() is None and graders, [str(p) for p in snapshot.values()]
+    snapshot = descendants(proc.pid)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stdout + stderr
     assert "Interrupted:" in stderr and "Run the same command again to resume" in stderr
-    time.sleep(0.5)
-    # A process already dead at the snapshot (start "") is not one Ctrl-C could leave behind; comparing
-    # its "" with the "" of a process gone since would call it alive.
-    alive = {pid: cmd for pid, (cmd, start) in snapshot.items() if start and _start_time(pid) == start}
-    assert not alive, f"left behind after Ctrl-C: {alive}"
-    graders = [pid for pid, (cmd, _) in snapshot.items() if b"lumen_ex.classroom.grading_main" in cmd]
+    alive = still_running_after(snapshot.values())     # zombies and processes gone since do not count
+    assert not alive, f"left behind after Ctrl-C: {[str(p) for p in alive]}"
+    graders = [pid for pid, p in snapshot.items() if b"lumen_ex.classroom.grading_main" in p.cmdline]
     from lumen_ex.sandbox import cgroups as limits
 
     for pid in graders:
@@ -458,7 +421,7 @@ def _our_containers(path: Path) -> list[str]:
 @pytest.mark.docker
 @pytest.mark.slow
 def test_grade_in_docker_and_ctrl_c_leaves_no_container(tmp_path):
-    from docker_support import DOCKER_OK, DOCKER_WHY, wait_until
+    from docker_support import DOCKER_OK, DOCKER_WHY
 
     if not DOCKER_OK:
         pytest.skip(DOCKER_WHY)

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import CORPORA, LUMEN_EX, pack_copy, requires_bwrap
 from helpers.classes import grade, put
+from proc_support import running_with, wait_until
 
 from lumen_ex.classroom import store as grade_store
 from lumen_ex.classroom.store import record
@@ -129,19 +130,6 @@ def test_a_rerun_regrades_what_changed_and_says_why(tmp_path):
     assert f"{EX1.max_score + 2:g}" in (out / "gradebook.csv").read_text()
 
 
-def _graders_of(out: Path) -> list[int]:
-    """Processes whose command line names ``out`` (the grading processes label themselves with it)."""
-    found = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                if str(out).encode() in (p / "cmdline").read_bytes():
-                    found.append(int(p.name))
-            except OSError:
-                pass
-    return found
-
-
 @requires_bwrap
 @pytest.mark.slow
 def test_a_kill_during_force_never_leaves_a_mix(tmp_path):
@@ -168,9 +156,7 @@ def test_a_kill_during_force_never_leaves_a_mix(tmp_path):
     assert staged and proc.poll() is None, "the --force run finished before a new result was staged"
     proc.send_signal(signal.SIGKILL)        # no clean-up of its own
     proc.wait(timeout=30)
-    deadline = time.monotonic() + 120
-    while _graders_of(out) and time.monotonic() < deadline:   # its grading processes finish and go
-        time.sleep(0.2)
+    wait_until(lambda: not running_with(str(out)), 120, step=0.2)   # its grading processes finish and go
     assert records(out) == before, "a killed --force run replaced some results"
 
     kept = grade(args, tmp_path)                                          # without --force: all kept

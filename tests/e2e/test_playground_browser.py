@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import REFERENCES, best_sandbox, make_workspace
 from playground_support import processes_naming, serve
+from proc_support import wait_until
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 if CHROMIUM is None:
@@ -67,6 +68,7 @@ def served(tmp_path_factory):
     server.ws = ws
     yield server
     assert server.stop() == 0
+    wait_until(lambda: not processes_naming(str(ws.root)), 10)
     assert processes_naming(str(ws.root)) == []     # Ctrl-C left no server, no worker, no waiting worker
 
 

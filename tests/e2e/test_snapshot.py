@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 from conftest import CORPORA, best_sandbox, workspace_with
-from docker_support import live_processes_with, summary, wait_until
+from docker_support import summary
+from proc_support import running_with, wait_until
 
 from lumen_ex.core import catalog
 from lumen_ex.core.results import RunResult, Status
@@ -66,7 +67,7 @@ def test_a_save_during_the_check_is_not_graded(tmp_path, forked_bwrap):
     target = root / EXERCISE.dir / EXERCISE.file
 
     def save_when_running():
-        if wait_until(lambda: bool(live_processes_with(token)), timeout=60, step=0.02):
+        if wait_until(lambda: running_with(token), timeout=60, step=0.02):
             target.write_text(correct)
 
     saver = threading.Thread(target=save_when_running, daemon=True)

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 from conftest import REFERENCES, ROOT, best_sandbox, interruptible, make_workspace
-from docker_support import containers, needs_docker, wait_until
+from docker_support import containers, needs_docker
+from proc_support import Proc, descendants, still_running_after, wait_until
 
 from lumen_ex.core.errors import SandboxUnavailable
 from lumen_ex.learner.watch import Inotify, WatchSession
@@ -318,31 +319,6 @@ def test_under_docker_each_check_is_forked_in_one_slot_that_stops_with_the_sessi
 # The command: Ctrl-C leaves nothing behind
 
 
-def _children(pid: int) -> set[int]:
-    """Every live descendant of ``pid``."""
-    parent = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            parent[int(entry)] = int(fields[1])
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, pp in parent.items() if pp in frontier} - found
-        found |= frontier
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def _cgroups_of(pid: int) -> list[Path]:
     root = Path("/sys/fs/cgroup")
     return [p for p in root.glob(f"**/lumen-ex-{pid}-*") if p.is_dir()] if root.is_dir() else []
@@ -377,7 +353,7 @@ class WatchProcess:
         return self.proc.returncode, self.proc.stderr.read().decode()
 
 
-def interrupt_and_check_nothing_is_left(watch: WatchProcess, children: list[int]) -> None:
+def interrupt_and_check_nothing_is_left(watch: WatchProcess, children: list[Proc]) -> None:
     """Ctrl-C the watcher: it exits 0 without a traceback, and its workers and cgroups are gone."""
     assert watch.proc.poll() is None, f"the watcher ended early: {watch.proc.returncode}"
     try:
@@ -386,10 +362,8 @@ def interrupt_and_check_nothing_is_left(watch: WatchProcess, children: list[int]
         if watch.proc.poll() is None:
             watch.proc.kill()
     assert code == 0, err
-    deadline = time.monotonic() + 10
-    while any(_alive(p) for p in children) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not [p for p in children if _alive(p)]
+    left = still_running_after(children)
+    assert not left, [str(p) for p in left]
     assert not _cgroups_of(watch.proc.pid)
     assert "Traceback" not in err
 
@@ -403,9 +377,9 @@ def test_ctrl_c_exits_0_and_leaves_no_worker_or_cgroup(workspace):
         save(exercise_file(workspace), REFERENCE)
         text = watch.wait_footers(2)
         assert "All tests passed" in text.split("Ctrl-C to stop")[1]
-        time.sleep(0.5)   # the next worker is launched as soon as the result is shown
-        children = _children(watch.proc.pid)
-        assert children, "a worker should be kept waiting for the next save"
+        # the next worker is launched as soon as the result is shown
+        assert wait_until(lambda: descendants(watch.proc.pid), 30), "a worker should be kept waiting for the next save"
+        children = list(descendants(watch.proc.pid).values())
     except BaseException:
         watch.proc.kill()
         raise
@@ -468,8 +442,8 @@ def test_ctrl_c_during_a_check_exits_0_and_leaves_nothing(workspace):
         watch.wait_footers(1)
         save(exercise_file(workspace), slow_import)
         time.sleep(1.5)                         # the check is now waiting for the import
-        children = _children(watch.proc.pid)
-        assert children
+        assert wait_until(lambda: descendants(watch.proc.pid), 30)
+        children = list(descendants(watch.proc.pid).values())
     except BaseException:
         watch.proc.kill()
         raise

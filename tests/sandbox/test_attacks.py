@@ -60,11 +60,10 @@ from corpus_headers import headers
 from docker_support import (
     containers_of_workspace,
     docker_param,
-    live_processes_with,
     requires_docker,
     slot_launcher,
-    wait_until,
 )
+from proc_support import running_with, wait_until
 
 from lumen_ex.core import catalog
 from lumen_ex.core.results import RunResult, Status
@@ -242,7 +241,7 @@ def grade_attack(tmp: Path, name: str, backend: str, source: str, *, select: str
     result = run_check(1, workspace=root, sandbox=sandbox_of(backend), seed=seed, device="cpu",
                        record=False, select=select, launcher=launcher)
     seconds = time.monotonic() - started
-    gone = wait_until(lambda: not live_processes_with(token), timeout=10) if token else True
+    gone = wait_until(lambda: not running_with(token), timeout=10) if token else True
     run = Run(name, backend, result, seconds, root, before, tree_hash(root), _report(result), gone, kind, cgroups)
     LEDGER.append(run)
     return run
@@ -362,7 +361,7 @@ def test_attack_fails(request, tmp_path, name, backend, secret_env):
         assert slot.forked > forked, f"{name}: no worker was forked"
     assert_defeated(run)
     assert run.before == run.after, "the workspace changed"
-    assert run.survivors_gone, f"a process of {name} outlived the check under {backend}: {live_processes_with(marker)}"
+    assert run.survivors_gone, f"a process of {name} outlived the check under {backend}: {[str(p) for p in running_with(marker)]}"
     if backend.startswith("docker"):
         assert containers_of_workspace(run.workspace) == [], "a container was left behind"
     assert secret_env[1] not in run.result.to_json(), f"the host's secret reached the result under {backend}"
@@ -448,19 +447,6 @@ def test_infinite_loop_times_out_once(tmp_path):
     assert len(values) == 4 and all(t.diagnosis and t.diagnosis.kind == "values" for t in values), describe(r)
 
 
-def _marker_pids(marker: str) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if marker.encode() in f.read():
-                        pids.append(int(entry))
-            except OSError:
-                pass
-    return pids
-
-
 @pytest.mark.parametrize("backend", BWRAP_AND_NONE)
 @pytest.mark.slow
 def test_daemon_does_not_outlive_the_check(tmp_path, backend):
@@ -468,18 +454,15 @@ def test_daemon_does_not_outlive_the_check(tmp_path, backend):
     source = (HOSTILE / "daemon_escape.py").read_text().replace(MARKER, marker)
     run = check(tmp_path, "daemon_escape", backend, source=source)
     try:
-        left = _marker_pids(marker)
-        deadline = time.monotonic() + 2
-        while left and time.monotonic() < deadline:
-            time.sleep(0.1)
-            left = _marker_pids(marker)
+        wait_until(lambda: not running_with(marker), timeout=10)
+        left = [str(p) for p in running_with(marker)]
         assert "daemon spawned" in "".join(t.output for t in run.result.tests), "the daemon never started"
-        assert not left, f"the daemon outlived the check under {backend}: pids {left}"
+        assert not left, f"the daemon outlived the check under {backend}: {left}"
         assert_defeated(run)
     finally:
-        for pid in _marker_pids(marker):   # ours: started by this test's submission
+        for proc in running_with(marker):   # ours: started by this test's submission
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(proc.pid, signal.SIGKILL)
             except OSError:
                 pass
 
@@ -789,7 +772,7 @@ def resource_attack(tmp_path: Path, name: str, backend: str, *, secret: tuple[st
     finally:
         listener.close()
     assert_defeated(run)
-    assert run.survivors_gone, f"processes of {name} outlived the check under {backend}: {live_processes_with(token)}"
+    assert run.survivors_gone, f"processes of {name} outlived the check under {backend}: {[str(p) for p in running_with(token)]}"
     if backend == "docker":
         assert containers_of_workspace(run.workspace) == [], "a container was left behind"
     assert run.before == run.after, f"{name} changed the workspace under {backend}"

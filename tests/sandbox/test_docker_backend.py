@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 from conftest import best_sandbox, interruptible, workspace_with
-from docker_support import containers_of_workspace, needs_docker, summary, wait_until
+from docker_support import containers_of_workspace, needs_docker, summary
+from proc_support import wait_until
 
 from lumen_ex.core import catalog
 from lumen_ex.core.errors import SandboxUnavailable

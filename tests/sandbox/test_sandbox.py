@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REFERENCES, requires_bwrap
+from proc_support import running_with, wait_until
 
 from lumen_ex.harness.client import WorkerCrashed, WorkerFailure, WorkerPool
 from lumen_ex.harness.proxy import LearnerModule
@@ -382,24 +383,10 @@ def test_call_timeout_kills_and_restarts(tmp_path):
 def test_no_process_outlives_the_worker(any_sandbox):
     marker = f"lumen-daemon-{uuid.uuid4().hex}"
     assert any_sandbox.daemon(marker) == "started"
-    assert _processes_with(marker), "the probe's daemon should be running before cleanup"
+    assert wait_until(lambda: running_with(marker), 10), "the probe's daemon should be running before cleanup"
     any_sandbox.pool.close()
-    deadline = time.monotonic() + 5
-    while _processes_with(marker) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _processes_with(marker)
-
-
-def _processes_with(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
-                    found.append(int(entry))
-            except OSError:
-                pass
-    return found
+    wait_until(lambda: not running_with(marker), timeout=10)
+    assert not running_with(marker)
 
 
 @pytest.mark.slow

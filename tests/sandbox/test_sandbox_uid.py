@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 from conftest import requires_bwrap, workspace_with
-from docker_support import docker_param, live_processes_with, wait_until
+from docker_support import docker_param
+from proc_support import running_with, wait_until
 
 from lumen_ex.core.results import Status
 from lumen_ex.harness.check import run_check
@@ -88,8 +89,8 @@ def test_learner_code_is_not_host_root_and_opens_no_kernel_interface(tmp_path, b
     seen: dict[str, set[int]] = {"uids": set()}
 
     def watch():
-        if wait_until(lambda: bool(live_processes_with(token)), timeout=90, step=0.05):
-            seen["uids"] = _host_uids(live_processes_with(token))
+        if wait_until(lambda: running_with(token), timeout=90, step=0.05):
+            seen["uids"] = _host_uids([p.pid for p in running_with(token)])
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()

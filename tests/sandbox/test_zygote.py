@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 from conftest import CORPORA, CORPUS, REFERENCES
 from docker_support import docker_param, slot_launcher
+from proc_support import descendants, read, running_with, wait_until
 
 from lumen_ex.harness.client import WorkerFailure, WorkerPool
 from lumen_ex.harness.proxy import LearnerModule
@@ -222,45 +223,10 @@ def _zygote_pid(launcher) -> int:
     if launcher.zygote.pid is not None:
         return launcher.zygote.pid     # a slot's zygote: the kernel said who connected
     outer = launcher.zygote.proc.pid
-    found = [p for p in _descendants(outer) if b"zygote.py" in _cmdline(p) and _ppid(p) not in
-             [q for q in _descendants(outer) if b"zygote.py" in _cmdline(q)]]
+    zygotes = [p for p in descendants(outer).values() if b"zygote.py" in p.cmdline]
+    found = [p.pid for p in zygotes if p.ppid not in {q.pid for q in zygotes}]
     assert found, "the zygote's process was not found"
     return found[0]
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
-
-
-def _ppid(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            children.setdefault(_ppid(int(entry)), []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _state(pid: int) -> str:
-    return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0]
-
-
-def _with_marker(marker: str) -> list[int]:
-    return [int(p) for p in os.listdir("/proc") if p.isdigit() and marker.encode() in _cmdline(int(p))]
 
 
 # -------------------------------------------------------------------------------------------------
@@ -304,14 +270,12 @@ def test_a_process_left_behind_dies_with_its_worker(zygote, tmp_path):
     first = student(tmp_path, zygote, "first")
     try:
         assert first.leave_process(marker) == "started"
-        assert _with_marker(marker), "the daemon should run while its worker does"
+        assert wait_until(lambda: running_with(marker), 10), "the daemon should run while its worker does"
         assert len(json.loads(first.processes())) >= 3    # init, worker, daemon: visible to itself
     finally:
         first.pool.close()
-    deadline = time.monotonic() + 5
-    while _with_marker(marker) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _with_marker(marker)
+    wait_until(lambda: not running_with(marker), timeout=10)
+    assert not running_with(marker)
     later = student(tmp_path, zygote, "later")
     try:
         assert json.loads(later.processes()) == [1, 2], "another student's worker sees only its init and itself"
@@ -344,7 +308,7 @@ def test_signals_cannot_reach_the_zygote(zygote, tmp_path):
         first.pool.close()
     assert set(reached) <= {-1, 1}, reached    # only its own init (which ignores them) was there to signal
     assert zygote.zygote is not None and zygote.zygote.alive()
-    assert _state(target) != "T", "the zygote was stopped"
+    assert read(target).state != "T", "the zygote was stopped"
     later = student(tmp_path, zygote, "later")
     try:
         assert json.loads(later.processes()) == [1, 2]
@@ -361,7 +325,7 @@ def test_ptrace_cannot_reach_the_zygote_or_the_init(zygote, tmp_path):
         first.pool.close()
     assert "attached" not in traced.values(), traced
     assert traced["mem"] in ("FileNotFoundError", "PermissionError"), traced
-    assert _state(target) != "t"
+    assert read(target).state != "t"
 
 
 def test_sockets_and_shared_memory_reach_no_other_student(zygote, tmp_path):
