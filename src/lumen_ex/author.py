@@ -14,6 +14,8 @@ Everything an exercise author needs, under stable names (docs/authoring.md walks
   ``GENERIC_MISCONCEPTIONS``, ``MATCH_TOLERANCE_FLOAT64`` (how close a float64 answer must be to a
   variant to be named as it), ``TOLERANCES`` (per dtype);
 - pictures: ``pictures`` (the heatmap attached to a value failure);
+- properties: ``LinearMemory`` (the proof that a call's memory grows linearly in its length, measured
+  by the harness: exercises 5 and 9, src/lumen_ex/graders/support/memory_proof.py);
 - the learner's code through the ``submission`` fixture (``submission.call`` returns a ``CallResult``;
   ``meta`` describes a tensor without copying it; ``Held(value)`` stands for a large argument that
   every call repeats, such as a model's weights: each worker is sent it once, and each call gets a
@@ -62,6 +64,7 @@ from lumen_ex.graders.support.expect import (
     Variant,
     fail,
 )
+from lumen_ex.graders.support.memory_proof import LinearMemory
 from lumen_ex.harness import kernels
 from lumen_ex.harness.client import LearnerError, WorkerFailure
 from lumen_ex.harness.module_calls import ModuleCall, ParameterInfo
@@ -103,6 +106,6 @@ def exercise(file: str | Path, other: str | None = None) -> Exercise:
     return Exercise(folder)
 
 
-__all__ = ["CallResult", "CheckFailed", "Exercise", "Expected", "GENERIC_MISCONCEPTIONS", "Held", "LearnerError",
+__all__ = ["CallResult", "CheckFailed", "Exercise", "Expected", "GENERIC_MISCONCEPTIONS", "Held", "LearnerError", "LinearMemory",
            "MATCH_TOLERANCE_FLOAT64", "ModuleCall", "ParameterInfo", "TOLERANCES", "Tolerance", "Variant",
            "WorkerFailure", "exercise", "expect", "fail", "inputs", "kernels", "meta", "note", "pictures", "sibling"]

@@ -27,15 +27,13 @@ import torch
 from lumen_ex.author import (
     CheckFailed,
     Expected,
-    LearnerError,
+    LinearMemory,
     Tolerance,
-    WorkerFailure,
     exercise,
     expect,
     fail,
     inputs,
     meta,
-    note,
 )
 
 ref = exercise(__file__).reference
@@ -66,7 +64,6 @@ EXTREME_TOL = Tolerance(1e-3, 1e-3)
 MEMORY_L, CONFIRM_L = 4096, 8192
 MEMORY_BLOCK = 256
 MEMORY_SIZES = {"B": 1, "H": 1, "d_k": 16, "d_v": 8}
-MIB = 2**20
 SAMPLED_ROWS = 48     # the query rows whose values a long call is checked on (drawn from the seed)
 # The work counter's view at a smaller length: no intermediate may hold a quarter of an L x L matrix
 # (block_size 128: all query rows against one key block stay an eighth of it, and so does one block
@@ -415,8 +412,7 @@ QUADRATIC_HINT = ("Never build the (L_q, L_k) scores, weights or mask: take one 
                   "an output accumulator, and rescale them when the maximum grows. Memory then grows like L, not L^2.")
 
 
-def _memory_failure(summary: str, **fields) -> CheckFailed:
-    return fail("property", summary, hint=QUADRATIC_HINT, misconception="quadratic-memory", **fields)
+PROOF = LinearMemory(counted_L=COUNTED_L, memory_L=MEMORY_L, confirm_L=CONFIRM_L, hint=QUADRATIC_HINT)
 
 
 def check_rows(submission, case, rows: torch.Tensor, *, causal: bool, device: str, block_size=MEMORY_BLOCK,
@@ -451,24 +447,6 @@ def check_rows(submission, case, rows: torch.Tensor, *, causal: bool, device: st
     return result
 
 
-def _measured(submission, case, L: int, rows: torch.Tensor, device: str, causal: bool):
-    """One long call, its values checked (a fast wrong answer proves nothing), and its MemoryUse."""
-    where = f"at L = {L}" + (" (causal)" if causal else "")
-    try:
-        result = check_rows(submission, case, rows, causal=causal, device=device, measure_memory=True)
-    except WorkerFailure as exc:
-        if exc.kind == "protocol":
-            raise
-        what = "did not finish in time" if exc.kind == "timeout" else "made the worker die (killed for using too much memory?)"
-        raise _memory_failure(f"{where} your call {what}", details={"L": L}) from None
-    except LearnerError as exc:
-        text = f"{exc.type}: {exc.message}"
-        if exc.type == "MemoryError" or re.search(r"allocate|out of memory", text, re.IGNORECASE):
-            raise _memory_failure(f"{where} your call ran out of memory ({text[:160]})", details={"L": L}) from None
-        raise
-    return result.memory
-
-
 @pytest.mark.group("memory")
 def test_memory_linear_in_length(submission, seed):
     """memory grows linearly with L (measured by the grader)"""
@@ -483,80 +461,29 @@ def test_memory_linear_in_length(submission, seed):
     # 1. The work counter (the worker's: a hint that can only fail): no intermediate of O(L^2) elements,
     #    scores or mask, at a length where that is cheap to see (values on sampled rows, as below).
     case = inputs.attention_case(seed, batch_axes=("B", "H"), L_q=COUNTED_L, L_k=COUNTED_L, **COUNTED_SIZES)
-    result = check_rows(submission, case, _sampled_rows(seed, COUNTED_L), causal=True, device=device,
-                        block_size=COUNTED_BLOCK, count_ops=True)
-    ops = result.ops or {}
-    largest, shape = int(ops.get("largest", 0)), list(ops.get("largest_shape") or [])
-    if largest >= COUNTED_L * COUNTED_L // 4:
-        raise _memory_failure(
-            f"at L = {COUNTED_L} your code builds an intermediate of {largest} elements (shape {tuple(shape)}, from "
-            f"{str(ops.get('largest_op', '?'))[:60]}): a quarter of an L x L matrix or more",
-            expected=f"fewer than {COUNTED_L * COUNTED_L // 4} elements", got=largest,
-            details={"L": COUNTED_L, "largest_shape": shape})
+    PROOF.check_counted(check_rows(submission, case, _sampled_rows(seed, COUNTED_L), causal=True, device=device,
+                                   block_size=COUNTED_BLOCK, count_ops=True).ops)
     # 2. The proof, from the harness's side: the peak memory of the worker (every process it forks
     #    included) over each call, beyond what it held at start (src/lumen_ex/harness/memory.py).
     #    Over the budget at L = 4096, the same calls at 8192 decide (see MEMORY_L); a failure's
-    #    details give the growth from 4096 ("short").
-    L = MEMORY_L
-    used = _memory_readings(submission, seed, L, device)
-    over = _over_budget(used, L)
-    if over:
-        L = CONFIRM_L
-        used = {**_memory_readings(submission, seed, L, device), "short": used["long"]}
-        over = _over_budget(used, L)
-    budget = _budget(L)
-    readings = {k: (u.to_dict() if u is not None else None) for k, u in used.items()}
-    for key in over:
-        use, at = used[key], f"at L = {L}" + (" with causal=True" if key == "causal" else "")
-        if not use.exact:
-            raise fail("grader", f"{at} the grader could only bound your code's memory from above "
-                       f"({use.extra_mib:.0f} MiB, {use.mechanism}), and the bound is over the budget",
-                       details={"readings": readings},
-                       hint="This is the grading machine's limit, not your code's: with a resettable peak (a cgroup "
-                            "v1, or v2 on Linux 6.12 or later) it can tell. Nothing was scored for memory.")
-        raise _memory_failure(
-            f"{at} your call used {use.extra_mib:.0f} MiB beyond what your worker held at start (measured by the "
-            f"grader, {use.mechanism}); one L x L float32 matrix is {L * L * 4 // MIB} MiB there",
-            expected=f"at most {budget // MIB} MiB", got=round(use.extra_mib, 1),
-            details={"readings": readings,     # "short": the reading at 4096, kept by the confirmation
-                     "growth_from_half_length": round(used["long"].extra_bytes / max(used["short"].extra_bytes, 1), 2)})
-    use = used["long"]
-    # The note names how memory was measured and the bound it met, never the measured numbers nor
-    # the lengths that decided: a result is a function of the file and the seed, and the numbers move
-    # by a few percent each run (a file near the budget at L = 4096 is decided at 8192 on some runs).
-    note(f"memory measured by the grader ({use.mechanism}): within half of one L x L float32 matrix "
-         f"({_budget(MEMORY_L) // MIB} MiB at L = {MEMORY_L}, or {_budget(CONFIRM_L) // MIB} MiB at L = {CONFIRM_L} "
-         f"where L = {MEMORY_L} is too close to tell)")
+    #    details give the growth from 4096 (src/lumen_ex/graders/support/memory_proof.py).
+    PROOF.prove(lambda L: _memory_readings(submission, seed, L, device))
 
 
 def _memory_readings(submission, seed: int, L: int, device: str) -> dict:
-    """The harness's MemoryUse of two calls at length ``L``: non-causal ("long") and causal. Fails
-    closed (a grader error, never a pass) when nothing could measure one of them."""
+    """The harness's MemoryUse of two calls at length ``L``: non-causal ("long") and causal, each
+    checking its values on sampled rows (a fast wrong answer proves nothing)."""
     case, rows = _long_case(seed, L), _sampled_rows(seed, L)     # the calls do not change their inputs' copies
-    used = {"long": _measured(submission, case, L, rows, device, causal=False),
-            "causal": _measured(submission, case, L, rows, device, causal=True)}
-    if any(u is None or u.extra_bytes is None for u in used.values()):   # fail closed: never a silent pass
-        readings = {k: (u.to_dict() if u is not None else None) for k, u in used.items()}
-        raise fail("grader", "the grader could not measure your code's memory here: the worker has no memory "
-                   "cgroup and its processes could not be read from /proc", details={"readings": readings},
-                   hint="This is the grading machine's limit, not your code's: grade as root (a cgroup per "
-                        "worker) or where /proc is readable. Nothing was scored for memory.")
-    return used
+
+    def call(causal: bool):
+        return lambda: check_rows(submission, case, rows, causal=causal, device=device, measure_memory=True)
+
+    return PROOF.readings(L, {"long": call(False), "causal": call(True)})
 
 
 def _sampled_rows(seed: int, L: int) -> torch.Tensor:
     """SAMPLED_ROWS query rows of L, drawn from the seed, sorted."""
     return torch.randperm(L, generator=inputs.generator(seed))[:SAMPLED_ROWS].sort().values
-
-
-def _budget(L: int) -> int:
-    """The memory a call at length L may use beyond its worker's start: half of one (L, L) float32 matrix."""
-    return L * L * 4 // 2
-
-
-def _over_budget(used: dict, L: int) -> list[str]:
-    """The calls at length ``L`` ("long", "causal") that used more than :func:`_budget`."""
-    return [key for key in ("long", "causal") if used[key].extra_bytes > _budget(L)]
 
 
 # -------------------------------------------------------------------------------------------------

@@ -32,14 +32,12 @@ from lumen_ex.author import (
     TOLERANCES,
     CheckFailed,
     Expected,
-    LearnerError,
+    LinearMemory,
     Tolerance,
-    WorkerFailure,
     exercise,
     expect,
     fail,
     meta,
-    note,
     pictures,
     sibling,
 )
@@ -64,7 +62,6 @@ DTYPE_SIZES = {"d_k": 16, "d_v": 9}
 MEMORY_L, CONFIRM_L = 4096, 8192
 MEMORY_BLOCK = 256
 MEMORY_SIZES = {"B": 1, "H": 1, "d_k": 8, "d_v": 4}
-MIB = 2**20
 SAMPLED_ROWS = 32     # the query rows (for dq) and key rows (for dk, dv) a long call is checked on
 # The work counter's view at a smaller length: no intermediate may hold a quarter of an L x L matrix
 # (block_size 128: all query rows against one key block stay an eighth of it).
@@ -321,8 +318,7 @@ QUADRATIC_HINT = ("Never build an (L_q, L_k) tensor (scores, P, dP, dS or a mask
                   "lse, and add its part to dq, dk and dv. Memory then grows like L, not L^2.")
 
 
-def _memory_failure(summary: str, **fields) -> CheckFailed:
-    return fail("property", summary, hint=QUADRATIC_HINT, misconception="quadratic-memory", **fields)
+PROOF = LinearMemory(counted_L=COUNTED_L, memory_L=MEMORY_L, confirm_L=CONFIRM_L, hint=QUADRATIC_HINT)
 
 
 def _sampled_rows(seed: int, L: int, stream: int) -> torch.Tensor:
@@ -354,50 +350,19 @@ def check_rows(submission, case, seed: int, *, device: str, block_size=MEMORY_BL
     return result
 
 
-def _measured(submission, case, seed: int, device: str):
-    """One long call, its values checked (a fast wrong answer proves nothing), and its MemoryUse."""
-    L = case.sizes["L_q"]
-    where = f"at L = {L}" + (" (causal)" if case.causal else "")
-    try:
-        result = check_rows(submission, case, seed, device=device, measure_memory=True)
-    except WorkerFailure as exc:
-        if exc.kind == "protocol":
-            raise
-        what = "did not finish in time" if exc.kind == "timeout" else "made the worker die (killed for using too much memory?)"
-        raise _memory_failure(f"{where} your call {what}", details={"L": L}) from None
-    except LearnerError as exc:
-        text = f"{exc.type}: {exc.message}"
-        if exc.type == "MemoryError" or re.search(r"allocate|out of memory", text, re.IGNORECASE):
-            raise _memory_failure(f"{where} your call ran out of memory ({text[:160]})", details={"L": L}) from None
-        raise
-    return result.memory
-
-
 def _long_case(seed: int, L: int, causal: bool):
     return cases.backward_case(seed, causal=causal, L_q=L, L_k=L, **MEMORY_SIZES)
 
 
 def _memory_readings(submission, seed: int, long_cases, device: str) -> dict:
-    """The harness's MemoryUse of two calls on ``long_cases`` (non-causal "long", then causal). Fails
-    closed (a grader error, never a pass) when nothing could measure one of them."""
+    """The harness's MemoryUse of two calls on ``long_cases`` (non-causal "long", then causal), each
+    checking its values on sampled rows (a fast wrong answer proves nothing)."""
     plain, causal = long_cases
-    used = {"long": _measured(submission, plain, seed, device), "causal": _measured(submission, causal, seed, device)}
-    if any(u is None or u.extra_bytes is None for u in used.values()):   # fail closed: never a silent pass
-        readings = {k: (u.to_dict() if u is not None else None) for k, u in used.items()}
-        raise fail("grader", "the grader could not measure your code's memory here: the worker has no memory "
-                   "cgroup and its processes could not be read from /proc", details={"readings": readings},
-                   hint="This is the grading machine's limit, not your code's: grade as root (a cgroup per "
-                        "worker) or where /proc is readable. Nothing was scored for memory.")
-    return used
 
+    def call(case):
+        return lambda: check_rows(submission, case, seed, device=device, measure_memory=True)
 
-def _budget(L: int) -> int:
-    """The memory a call at length L may use beyond its worker's start: half of one (L, L) float32 matrix."""
-    return L * L * 4 // 2
-
-
-def _over_budget(used: dict, L: int) -> list[str]:
-    return [key for key in ("long", "causal") if used[key].extra_bytes > _budget(L)]
+    return PROOF.readings(plain.sizes["L_q"], {"long": call(plain), "causal": call(causal)})
 
 
 @pytest.mark.group("memory")
@@ -415,48 +380,14 @@ def test_memory_linear_in_length(submission, seed):
     counted = _long_case(seed, COUNTED_L, True)
     long_cases = cases.both_cases(seed, L_q=MEMORY_L, L_k=MEMORY_L, **MEMORY_SIZES)
     # 1. The work counter (the worker's: a hint that can only fail): no intermediate of O(L^2) elements.
-    result = check_rows(submission, counted, seed, device=device, block_size=COUNTED_BLOCK, count_ops=True)
-    ops = result.ops or {}
-    largest, shape = int(ops.get("largest", 0)), list(ops.get("largest_shape") or [])
-    if largest >= COUNTED_L * COUNTED_L // 4:
-        raise _memory_failure(
-            f"at L = {COUNTED_L} your code builds an intermediate of {largest} elements (shape {tuple(shape)}, from "
-            f"{str(ops.get('largest_op', '?'))[:60]}): a quarter of an L x L matrix or more",
-            expected=f"fewer than {COUNTED_L * COUNTED_L // 4} elements", got=largest,
-            details={"L": COUNTED_L, "largest_shape": shape})
+    PROOF.check_counted(check_rows(submission, counted, seed, device=device, block_size=COUNTED_BLOCK,
+                                   count_ops=True).ops)
     # 2. The proof, from the harness's side: the peak memory of the worker (every process it forks
     #    included) over each call, beyond what it held at start. Over the budget at L = 4096, the
-    #    same calls at 8192 decide; a failure's details give the growth from 4096 ("short").
-    L = MEMORY_L
-    used = _memory_readings(submission, seed, long_cases, device)
-    over = _over_budget(used, L)
-    if over:
-        L = CONFIRM_L
-        confirm = cases.both_cases(seed, L_q=L, L_k=L, **MEMORY_SIZES)
-        used = {**_memory_readings(submission, seed, confirm, device), "short": used["long"]}
-        over = _over_budget(used, L)
-    budget = _budget(L)
-    readings = {k: (u.to_dict() if u is not None else None) for k, u in used.items()}
-    for key in over:
-        use, at = used[key], f"at L = {L}" + (" with causal=True" if key == "causal" else "")
-        if not use.exact:
-            raise fail("grader", f"{at} the grader could only bound your code's memory from above "
-                       f"({use.extra_mib:.0f} MiB, {use.mechanism}), and the bound is over the budget",
-                       details={"readings": readings},
-                       hint="This is the grading machine's limit, not your code's: with a resettable peak (a cgroup "
-                            "v1, or v2 on Linux 6.12 or later) it can tell. Nothing was scored for memory.")
-        raise _memory_failure(
-            f"{at} your call used {use.extra_mib:.0f} MiB beyond what your worker held at start (measured by the "
-            f"grader, {use.mechanism}); one L x L float32 matrix is {L * L * 4 // MIB} MiB there",
-            expected=f"at most {budget // MIB} MiB", got=round(use.extra_mib, 1),
-            details={"readings": readings,
-                     "growth_from_half_length": round(used["long"].extra_bytes / max(used["short"].extra_bytes, 1), 2)})
-    use = used["long"]
-    # The note names how memory was measured and the bound it met, never the measured numbers (they
-    # move by a few percent each run; a result is a function of the file and the seed).
-    note(f"memory measured by the grader ({use.mechanism}): within half of one L x L float32 matrix "
-         f"({_budget(MEMORY_L) // MIB} MiB at L = {MEMORY_L}, or {_budget(CONFIRM_L) // MIB} MiB at L = {CONFIRM_L} "
-         f"where L = {MEMORY_L} is too close to tell)")
+    #    same calls at 8192 decide (src/lumen_ex/graders/support/memory_proof.py).
+    PROOF.prove(lambda L: _memory_readings(
+        submission, seed, long_cases if L == MEMORY_L else cases.both_cases(seed, L_q=L, L_k=L, **MEMORY_SIZES),
+        device))
 
 
 # -------------------------------------------------------------------------------------------------
