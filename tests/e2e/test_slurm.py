@@ -40,12 +40,15 @@ SEED = 11
 DEBIAN_PYTHON = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
 PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo")
 # Correct but slow: every call sleeps, so that its check takes seconds and its task can be cancelled mid-way.
-SLOW = "import time as _time\n" + REFERENCES["attention"].read_text().replace(
-    "def scaled_dot_product_attention(", "def _sdpa(", 1) + '''
+# (The import comes after the reference's text: a `from __future__` import must be a file's first line.)
+SLOW = REFERENCES["attention"].read_text().replace("def scaled_dot_product_attention(", "def _sdpa(", 1) + '''
 
-def scaled_dot_product_attention(*args, **kwargs):
+import time as _time
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):
     _time.sleep(0.2)
-    return _sdpa(*args, **kwargs)
+    return _sdpa(q, k, v, mask)
 '''
 
 

@@ -30,6 +30,8 @@ LUMEN_EX = str(Path(sys.executable).parent / "lumen-ex")
 REFERENCE = (REFERENCES["attention"]).read_text()
 NO_SCALE = REFERENCE.replace("/ math.sqrt(d_k)", "")
 assert NO_SCALE != REFERENCE
+# Appended to a file, so that it parses (a `from __future__` import must come first): its import is slow.
+SLOW_IMPORT = "\nimport time\n\ntime.sleep({seconds})\n"
 
 # Wrong (no scale), and leaves a mark in the worker process when imported.
 MARKS_THE_WORKER = NO_SCALE + """
@@ -232,14 +234,22 @@ def test_a_save_during_a_check_is_not_lost(session_factory, workspace):
     session = session_factory()
     target = exercise_file(workspace)
     session.check_once()
-    save(target, "import time\ntime.sleep(3)\n" + REFERENCE)   # the worker takes 3 s to import it
+    save(target, REFERENCE + SLOW_IMPORT.format(seconds=3))   # the worker takes 3 s to import it
     assert next_change(session) is not None
-    later = threading.Timer(1.0, save, (target, NO_SCALE))       # saved while that check runs
+    checks = len(session.worker_pids)
+
+    def save_once_checking():     # a check takes its worker once it has hashed the file (watch_session.py)
+        if wait_until(lambda: len(session.worker_pids) > checks, 60):
+            time.sleep(1.0)                                          # it has copied the file too by then,
+            save(target, NO_SCALE)                                   # and its worker imports for 3 s
+
+    later = threading.Thread(target=save_once_checking)
     later.start()
     try:
-        session.check_once()
+        during = session.check_once()
     finally:
         later.join()
+    assert during.status.value == "pass", during.message   # the bytes it began with, not the save's
     assert next_change(session) is not None
     assert session.check_once().status.value == "fail"
     assert next_change(session, timeout=1.0) is None
@@ -436,7 +446,7 @@ def test_progress_tells_the_first_failing_test_of_each_check(session_factory, wo
 
 @pytest.mark.slow
 def test_ctrl_c_during_a_check_exits_0_and_leaves_nothing(workspace):
-    slow_import = "import time\ntime.sleep(30)\n" + REFERENCE
+    slow_import = REFERENCE + SLOW_IMPORT.format(seconds=30)
     watch = WatchProcess(workspace)
     try:
         watch.wait_footers(1)
