@@ -255,6 +255,28 @@ def test_a_save_during_a_check_is_not_lost(session_factory, workspace):
     assert next_change(session, timeout=1.0) is None
 
 
+def test_a_save_before_the_snapshot_is_not_checked_twice(session_factory, workspace, monkeypatch):
+    """A save that lands after a check hashed the file but before it took its snapshot is graded by
+    that check; the session remembers the bytes it graded, so the save is not checked again."""
+    from lumen_ex.core import snapshot
+
+    session = session_factory()
+    target = exercise_file(workspace)
+    session.check_once()
+    save(target, REFERENCE)
+    assert next_change(session) is not None
+    take = snapshot.take
+
+    def save_first(path):
+        save(target, NO_SCALE)          # the save lands now, between the hash and the snapshot
+        return take(path)
+
+    monkeypatch.setattr(snapshot, "take", save_first)
+    assert session.check_once().status.value == "fail"       # NO_SCALE's bytes were graded
+    monkeypatch.setattr(snapshot, "take", take)
+    assert next_change(session, timeout=1.0) is None
+
+
 @pytest.mark.slow
 def test_the_prepared_pytest_session_gives_the_same_verdicts(session_factory, workspace):
     from lumen_ex.harness.check import run_check

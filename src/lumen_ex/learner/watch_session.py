@@ -225,7 +225,8 @@ class WatchSession:
                 worker.kill()      # check_here() has closed it already, unless it was interrupted early
         if self.stopping:          # pytest turns a Ctrl-C in its own thread into a short result
             raise KeyboardInterrupt
-        self.checked = digest
+        graded = (result.source or {}).get("sha256")   # the bytes the check snapshotted (a save may land
+        self.checked = graded if isinstance(graded, str) else digest   # between the hash above and it)
         self.checks += 1
         self.last_result = result
         self._freeze()
