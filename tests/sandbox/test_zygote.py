@@ -223,8 +223,8 @@ def _zygote_pid(launcher) -> int:
     if launcher.zygote.pid is not None:
         return launcher.zygote.pid     # a slot's zygote: the kernel said who connected
     outer = launcher.zygote.proc.pid
-    zygotes = [p for p in descendants(outer).values() if b"zygote.py" in p.cmdline]
-    found = [p.pid for p in zygotes if p.ppid not in {q.pid for q in zygotes}]
+    running = [p for p in descendants(outer).values() if b"zygote.py" in p.cmdline]
+    found = [p.pid for p in running if p.ppid not in {q.pid for q in running}]    # the outermost one
     assert found, "the zygote's process was not found"
     return found[0]
 
@@ -274,8 +274,7 @@ def test_a_process_left_behind_dies_with_its_worker(zygote, tmp_path):
         assert len(json.loads(first.processes())) >= 3    # init, worker, daemon: visible to itself
     finally:
         first.pool.close()
-    wait_until(lambda: not running_with(marker), timeout=10)
-    assert not running_with(marker)
+    assert wait_until(lambda: not running_with(marker), timeout=10), [str(p) for p in running_with(marker)]
     later = student(tmp_path, zygote, "later")
     try:
         assert json.loads(later.processes()) == [1, 2], "another student's worker sees only its init and itself"
