@@ -26,7 +26,7 @@ from lumen_ex.core.explaining import VALUE_KINDS
 from lumen_ex.core.results import Diagnosis, RunResult, Status, TestResult, points
 from lumen_ex.core.untrusted import one_line, visible
 from lumen_ex.feedback import text_diff
-from lumen_ex.feedback.text import KIND_LABEL, mistake_evidence, where_line
+from lumen_ex.feedback.text import KIND_LABEL, expected_got_line, mistake_evidence, where_line
 
 MARK = {Status.PASS: ("✓", "green"), Status.FAIL: ("✗", "red"), Status.ERROR: ("!", "red"),
         Status.TIMEOUT: ("⏱", "red"), Status.SKIPPED: ("-", "dim")}
@@ -130,9 +130,8 @@ def _diagnosis_lines(diag: Diagnosis, run_mistake: dict | None = None) -> list:
     if diag.kind == "shape" and diag.details.get("expected_axes"):
         out += shape_diagram(diag.expected or [], diag.got or [], diag.details["expected_axes"],
                              diag.details.get("got_axes") or [])
-    elif diag.expected is not None or diag.got is not None:
-        if diag.kind not in ("values",):
-            out.append(Text(one_line(f"  expected {diag.expected}   got {diag.got}"), style="dim"))
+    elif expected_got_line(diag):
+        out.append(Text(one_line("  " + expected_got_line(diag, "   ")), style="dim"))
     where = where_line(diag)
     if where:
         out.append(Text(one_line(f"  {where}"), style="dim"))

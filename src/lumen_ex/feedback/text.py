@@ -64,8 +64,9 @@ def explain(test: TestResult, *, output_cap: int = OUTPUT_CAP, with_output: bool
         where, code = diag.details.get("where"), diag.details.get("code")
         if isinstance(where, str) and where:
             lines.append(f"at {where}" + (f": {code}" if isinstance(code, str) and code else ""))
-        if diag.kind not in ("values",) and (diag.expected is not None or diag.got is not None):
-            lines.append(f"expected {diag.expected}, got {diag.got}")
+        expected_got = expected_got_line(diag)
+        if expected_got:
+            lines.append(expected_got)
         if diag.misconception:
             lines.append(f"likely mistake ({diag.misconception}): {diag.hint or diag.misconception}")
         elif diag.hint:
@@ -97,6 +98,23 @@ def mistake_evidence(entry: dict) -> str:
     if "max_error_float64" in entry and entry.get("max_error_float64") != entry.get("max_error"):
         return f"{counted}, {bound(entry['max_error_float64'])} in float64"
     return f"{counted} {bound(entry.get('max_error'))}"
+
+
+def expected_got_line(diag: Diagnosis, sep: str = ", ") -> str:
+    """'expected X, got Y' for a diagnosis that is not about values; a side the diagnosis leaves
+    out (None) is not shown, so a forbidden call reads 'got F.softmax', never 'expected None'. A
+    list of names is joined by commas, any other value shown as it is ('' when there is neither)."""
+    if diag.kind == "values":
+        return ""
+    sides = [f"{label} {_shown(value)}" for label, value in (("expected", diag.expected), ("got", diag.got))
+             if value is not None]
+    return sep.join(sides)
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return ", ".join(value)
+    return str(value)
 
 
 def where_line(diag: Diagnosis) -> str:

@@ -23,7 +23,7 @@ from lumen_ex.feedback import text_diff
 from lumen_ex.feedback.pictures import caption, data_url, picture
 from lumen_ex.feedback.pictures.png import payload_word
 from lumen_ex.feedback.shapes import shape_columns
-from lumen_ex.feedback.text import KIND_LABEL, mistake_evidence, where_line
+from lumen_ex.feedback.text import KIND_LABEL, expected_got_line, mistake_evidence, where_line
 
 MARK = {Status.PASS: "✓", Status.FAIL: "✗", Status.ERROR: "!", Status.TIMEOUT: "⏱", Status.SKIPPED: "-"}
 HEADLINE = {Status.PASS: "All tests passed", Status.FAIL: "Not yet", Status.ERROR: "The grader could not finish",
@@ -121,8 +121,8 @@ def diagnosis_lines(diag: Diagnosis, test: TestResult, run_mistake: dict | None)
             {"label": "yours", "part": "yours", "cells": [{"text": c.yours[1], "bad": c.differs} for c in columns]},
             {"label": "", "part": "yours", "cells": [{"text": c.yours[0], "bad": c.differs} for c in columns]},
         ]})
-    elif (diag.expected is not None or diag.got is not None) and diag.kind not in ("values",):
-        out.append({"kind": "dim", "text": one_line(f"expected {diag.expected}   got {diag.got}")})
+    elif expected_got_line(diag):
+        out.append({"kind": "dim", "text": one_line(expected_got_line(diag, "   "))})
     where = where_line(diag)
     if where:
         out.append({"kind": "dim", "text": one_line(where)})
