@@ -1,7 +1,7 @@
 """The pictures of a failure through the real entry point (the installed `lumen-ex` script), against
 goldens in tests/golden/ (LUMEN_EX_UPDATE_GOLDEN=1 rewrites them; read the diff): the heatmap of a
-misaligned causal mask, of a mask that lets the future leak in, of an inverted mask, and the shape
-diagram of an output that lost an axis (tests/golden/check-shape.txt has the transposed output).
+misaligned causal mask, of a mask that lets the future leak in, of an inverted mask, exercise 12's
+accepted drafts (a mask whose True is its own word), and the shape diagram of an output that lost an axis (tests/golden/check-shape.txt has the transposed output).
 Each golden is the first-failure panel down to its picture, without colour (NO_COLOR, not a terminal): the picture
 must read from its characters alone. The JSON form must carry the same picture as a decodable PNG
 and still validate against docs/result.schema.json. The checks share one workspace under bwrap whose
@@ -53,6 +53,24 @@ def test_pictures_in_the_terminal(warm_workspace, case, source, marks):
     for mark in marks:
         assert mark in panel, f"{mark!r} not in\n{panel}"
     compare(case, panel)
+
+
+@requires_bwrap
+@pytest.mark.slow
+def test_a_pictures_own_word_for_true_reaches_the_terminal(warm_workspace):
+    """Exercise 12 draws the accepted drafts as a mask whose True reads "accepted" (its suite's
+    ``on``), not "may attend": a count of 0 where every draft is accepted shows every cell missing."""
+    ws = warm_workspace
+    buggy = Path(__file__).resolve().parents[2] / "src/lumen_ex/exercises/12-speculative-verify/corpus/buggy"
+    ws.put(buggy / "argmax_first_rejection.py", "12")
+    proc = ws.run(["check", "12", "--sandbox", "bwrap", "--seed", "7"], ws.root / "12-speculative-verify")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    panel = normalise(first_failure_panel(proc.stdout), ws.root.parent)
+    for mark in ["accepted drafts: rows = sequences, columns = positions", "■ True (accepted)   · False (not accepted)",
+                 "+ yours True, expected False", "s0   ■ ■ ■ ■    · · · ·    - - - -"]:
+        assert mark in panel, f"{mark!r} not in\n{panel}"
+    assert "may attend" not in panel and "weight" not in panel
+    compare("pictures-accepted-drafts", panel)
 
 
 @requires_bwrap

@@ -177,7 +177,7 @@ def heatmap_lines(p: dict, width: int = 96) -> list[Text]:
 
 def _legend(p: dict, is_mask: bool, vmax: float) -> list[Text]:
     if is_mask:
-        on = payload_word(p, "on")          # what True means where it is not "may attend" (exercise 10: held)
+        on = payload_word(p, "on")          # what True means where it is not "may attend" (exercise 10: held; 12: accepted)
         return [Text(f"  ■ True ({on})   · False (not {on})" if on else "  ■ True (may attend)   · False (masked)"),
                 Text.assemble("  ", ("+", STYLE["more"]), " yours True, expected False   ",
                               ("-", STYLE["less"]), " yours False, expected True")]

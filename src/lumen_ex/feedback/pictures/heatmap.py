@@ -67,7 +67,7 @@ def heatmap(got: torch.Tensor, expected: torch.Tensor, *, what: str, axes: Seque
     marks the pairs whose values failed). ``rows``, ``cols``, ``kind``: what the picture shows, for
     the views (docs/result-schema.md): queries x keys of weights or a mask by default, tokens x
     pairs of "angles" for exercise 4. ``on``: what a mask's True cell means, one word ("held":
-    exercise 10's slots), where it is not "may attend"."""
+    exercise 10's slots; "accepted": exercise 12's drafts), where it is not "may attend"."""
     if not isinstance(got, torch.Tensor) or got.dim() < 2 or tuple(got.shape) != tuple(expected.shape):
         return None
     is_mask = got.dtype == torch.bool or expected.dtype == torch.bool

@@ -107,9 +107,9 @@ def check_kinds(got, sizes: dict, device: str) -> None:
 
 
 def acceptance(n: torch.Tensor, K: int) -> torch.Tensor:
-    """(B, K): 1.0 where draft i of sequence b is accepted as n_accepted says (i < n[b]), else 0.0.
-    Drawn as numbers, not as a mask: a mask's legend speaks of attention."""
-    return (torch.arange(K)[None, :] < n.detach().to("cpu", torch.int64)[:, None]).to(torch.float64)
+    """(B, K) bool: True where draft i of sequence b is accepted as n_accepted says (i < n[b]).
+    Drawn as a mask whose True reads "accepted" (the picture's ``on``), not "may attend"."""
+    return torch.arange(K)[None, :] < n.detach().to("cpu", torch.int64)[:, None]   # (B, K)
 
 
 def _row_story(case, b: int) -> str:
@@ -137,8 +137,8 @@ def check_values(got, case, *, device: str) -> None:
         diag = exc.diagnosis
         diag.details["first_rejection"] = list(case.plan)
         if diag.kind == "values":
-            pictures.attach(exc, acceptance(n, K), acceptance(exp_n, K), what="accepted drafts (1 = accepted)",
-                            axes=("B", "K"), rows="sequences", cols="positions")
+            pictures.attach(exc, acceptance(n, K), acceptance(exp_n, K), what="accepted drafts",
+                            axes=("B", "K"), rows="sequences", cols="positions", on="accepted")
             if not diag.misconception:
                 b = int((diag.details.get("index") or [0])[0])
                 r = case.plan[b]
