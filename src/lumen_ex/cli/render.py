@@ -130,8 +130,8 @@ def _diagnosis_lines(diag: Diagnosis, run_mistake: dict | None = None) -> list:
     if diag.kind == "shape" and diag.details.get("expected_axes"):
         out += shape_diagram(diag.expected or [], diag.got or [], diag.details["expected_axes"],
                              diag.details.get("got_axes") or [])
-    elif expected_got_line(diag):
-        out.append(Text(one_line("  " + expected_got_line(diag, "   ")), style="dim"))
+    elif pair := expected_got_line(diag, "   "):
+        out.append(Text(one_line("  " + pair), style="dim"))
     where = where_line(diag)
     if where:
         out.append(Text(one_line(f"  {where}"), style="dim"))

@@ -121,8 +121,8 @@ def diagnosis_lines(diag: Diagnosis, test: TestResult, run_mistake: dict | None)
             {"label": "yours", "part": "yours", "cells": [{"text": c.yours[1], "bad": c.differs} for c in columns]},
             {"label": "", "part": "yours", "cells": [{"text": c.yours[0], "bad": c.differs} for c in columns]},
         ]})
-    elif expected_got_line(diag):
-        out.append({"kind": "dim", "text": one_line(expected_got_line(diag, "   "))})
+    elif pair := expected_got_line(diag, "   "):
+        out.append({"kind": "dim", "text": one_line(pair)})
     where = where_line(diag)
     if where:
         out.append({"kind": "dim", "text": one_line(where)})
