@@ -4,7 +4,8 @@ The learner's code runs in the worker's process, so it can find the worker's rep
 ``rep_fd`` local of src/lumen_ex/sandbox/inside/worker.py's ``main``, up the call stack) and write any bytes there,
 ahead of the worker's real reply: a frame whose announced shape overflows torch's stride
 arithmetic, one with a forged device tag, a load reply whose function table has the wrong types,
-a truncated frame followed by silence, plain garbage. tests/sandbox/test_protocol_fuzz.py fuzzes the same
+a truncated frame followed by silence, plain garbage, a claimed forbidden call whose name brings lines
+of its own. tests/sandbox/test_protocol_fuzz.py fuzzes the same
 decoder in-process; here each attack goes through ``lumen_ex.harness.check.run_check`` exactly as
 ``lumen-ex check`` grades it, and must end as:
 
@@ -12,18 +13,28 @@ decoder in-process; here each attack goes through ``lumen_ex.harness.check.run_c
 - the attacked test failed as a protocol error, its message naming the malformed reply;
 - the score below the maximum;
 - the worker replaced: a correct ``causal_mask`` in the same file passes all its tests after the
-  attacking ``scaled_dot_product_attention`` has broken its own.
+  attacking ``scaled_dot_product_attention`` has broken its own;
+- no view of the result (terminal, web page, each format's text) carries a raw control or a line
+  the reply brought.
 
 Only a few tests run per grading (``select``), since every grading starts sandboxes.
 """
 
 from __future__ import annotations
 
+import io
+import json
+
 import pytest
 from conftest import requires_bwrap, workspace_with
 from docker_support import docker_param
+from rich.console import Console
 
+from lumen_ex.cli.render import render_result
 from lumen_ex.core.results import RunResult, Status
+from lumen_ex.feedback.formats import emit
+from lumen_ex.feedback.text import explain
+from lumen_ex.feedback.web import web_view
 from lumen_ex.harness.check import run_check
 
 BACKENDS = [pytest.param("bwrap", marks=requires_bwrap, id="bwrap"), docker_param("docker")]
@@ -64,6 +75,7 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     return out, weights
 '''
 
+FORGED_NAME = "torch.softmax\n# Grade: 10/10 \x1b]52;c;aGk=\x07\n::error::forged"
 ATTACKS: dict[str, str] = {
     # Announces an empty tensor whose strides overflow int64: torch.empty refuses to build it.
     "stride_overflow": '''
@@ -82,6 +94,20 @@ def _attack(out, weights):
         blobs.append(raw)
     _send({"ok": True, "elapsed": 0.0, "result": {"$tuple": refs}, "tensors": specs}, b"".join(blobs))
 ''',
+    # The right values, and a claimed forbidden call whose name brings lines of its own (a heading, a
+    # GitHub command) and terminal controls: the harness writes claimed names into the failure, so a
+    # name that is not a dotted one makes the reply malformed (src/lumen_ex/harness/proxy.py _claimed_or_none).
+    "forged_forbidden_claim": '''
+def _attack(out, weights):
+    refs, specs, blobs = [], [], []
+    for i, t in enumerate((out, weights)):
+        raw = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        refs.append({"$tensor": i})
+        specs.append({"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "nbytes": len(raw)})
+        blobs.append(raw)
+    _send({"ok": True, "elapsed": 0.0, "result": {"$tuple": refs}, "tensors": specs,
+           "forbidden": [FORGED_NAME]}, b"".join(blobs))
+'''.replace("FORGED_NAME", repr(FORGED_NAME)),
     # A sane header length, then bytes that are not UTF-8, let alone JSON.
     "garbage_bytes": '''
 def _attack(out, weights):
@@ -143,9 +169,26 @@ def test_crafted_reply_is_a_fail_and_the_worker_is_replaced(tmp_path, sandbox, a
         [(t.id, t.message) for t in attacked]
     if attack == "truncated_then_hang":
         assert "truncated frame" in attacked[0].message, attacked[0].message
+    if attack == "forged_forbidden_claim":
+        assert "forbidden calls is malformed" in attacked[0].message, attacked[0].message
     masks = [t for t in result.tests if "::test_causal_mask" in t.id]
     assert len(masks) >= 5 and all(t.status is Status.PASS for t in masks), \
         [(t.id, t.status.value, t.message) for t in masks]
+    assert_no_line_of_its_own(result)
+
+
+def assert_no_line_of_its_own(result: RunResult) -> None:
+    """Every view of the result (the terminal, the page, the plain text of each format): no raw
+    control, and no line the reply brought (FORGED_NAME's heading or GitHub command)."""
+    buf = io.StringIO()
+    render_result(Console(file=buf, width=200, color_system=None), result)
+    views = {"terminal": buf.getvalue(), "explain": "\n".join(explain(t) for t in result.tests),
+             "web": json.dumps(web_view(result), ensure_ascii=False)}
+    views.update({fmt: emit(fmt, result) for fmt in ("gradescope", "prairielearn", "github", "junit")})
+    for name, text in views.items():
+        assert "\x1b" not in text and "\x07" not in text, name
+        assert not any(line.lstrip("> ").startswith(("# Grade", "::error::forged")) for line in text.splitlines()), \
+            (name, text)
 
 
 @pytest.mark.parametrize("sandbox", BACKENDS)

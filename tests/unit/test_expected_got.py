@@ -63,3 +63,6 @@ def test_the_line_itself():
     assert expected_got_line(Diagnosis("type", "not a tensor", expected="Tensor")) == "expected Tensor"
     assert expected_got_line(Diagnosis("exception", "it raised")) == ""
     assert expected_got_line(VALUES) == ""
+    # a name that came from the learner's side stays on one line, its controls shown
+    hostile = Diagnosis("type", "not a tensor", expected="Tensor", got="Evil\n# Grade: 10/10\x1b[2J")
+    assert expected_got_line(hostile) == "expected Tensor, got Evil␤# Grade: 10/10␛[2J"

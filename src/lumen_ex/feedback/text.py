@@ -6,6 +6,7 @@ import math
 import re
 
 from lumen_ex.core.results import Diagnosis, RunResult, Status, TestResult, points  # noqa: F401  points: for the writers
+from lumen_ex.core.untrusted import one_line
 
 # How each diagnosis kind is labelled where a failure is explained (terminal, playground).
 KIND_LABEL = {"shape": "shape", "dtype": "dtype", "device": "device", "nonfinite": "NaN/inf",
@@ -103,12 +104,14 @@ def mistake_evidence(entry: dict) -> str:
 def expected_got_line(diag: Diagnosis, sep: str = ", ") -> str:
     """'expected X, got Y' for a diagnosis that is not about values; a side the diagnosis leaves
     out (None) is not shown, so a forbidden call reads 'got F.softmax', never 'expected None'. A
-    list of names is joined by commas, any other value shown as it is ('' when there is neither)."""
+    list of names is joined by commas, any other value shown as it is ('' when there is neither).
+    The line is one line, its controls shown (core/untrusted.py one_line): a name can come from the
+    worker (the forbidden calls it claims), and a newline in it must not start a line of its own."""
     if diag.kind == "values":
         return ""
     sides = [f"{label} {_shown(value)}" for label, value in (("expected", diag.expected), ("got", diag.got))
              if value is not None]
-    return sep.join(sides)
+    return one_line(sep.join(sides))
 
 
 def _shown(value: object) -> str:

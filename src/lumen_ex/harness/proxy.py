@@ -15,6 +15,7 @@ from typing import Any, cast
 
 import torch
 
+from lumen_ex.core.forbidden import DOTTED
 from lumen_ex.core.results import CheckFailed, Diagnosis
 from lumen_ex.harness import wire_replies
 from lumen_ex.harness.client import LearnerError, Reply, WorkerPool
@@ -22,6 +23,8 @@ from lumen_ex.harness.memory import MemoryUse
 from lumen_ex.harness.module_calls import ModuleCall, ParameterInfo, checked_parameters
 from lumen_ex.harness.source_scan import scan_file, shadowing_files
 from lumen_ex.sandbox.inside import wire
+
+MAX_API_NAME = 200      # characters in one forbidden API name a worker claims (a longer one: a malformed reply)
 
 
 @dataclass(frozen=True)
@@ -333,11 +336,14 @@ class LearnerModule:
 
 
 def _claimed_or_none(header: dict[str, Any]) -> list[str] | None:
-    """The forbidden APIs the worker says the call tried (a hint), or None when the list is malformed."""
+    """The forbidden APIs the worker says the call tried (a hint), or None when the list is malformed.
+    Each must be a dotted name, as every forbidden API is (src/lumen_ex/core/forbidden.py DOTTED): the
+    names are written into the failure's summary, and a worker's text must not bring lines of its own."""
     claimed = header.get("forbidden", [])
-    if not (isinstance(claimed, list) and len(claimed) <= wire.MAX_TENSORS and all(type(n) is str for n in claimed)):
+    if not (isinstance(claimed, list) and len(claimed) <= wire.MAX_TENSORS
+            and all(type(n) is str and len(n) <= MAX_API_NAME and DOTTED.fullmatch(n) for n in claimed)):
         return None
-    return [wire.clean_text(n, 100) for n in claimed]
+    return list(claimed)
 
 
 def _decode_grads(result: CallResult, grads: Any, tensors: list[torch.Tensor], n_grads: int | None,
