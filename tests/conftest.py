@@ -60,10 +60,10 @@ XDIST_GROUPS = {"docker-cold": lambda item: item.get_closest_marker("docker") is
 # twice): its tests that use it are kept on one worker, so that the fixture is made once, not once
 # per worker (a docker test among them keeps the docker group).
 MODULE_FIXTURES = {"test_grade.py": "mixed", "test_grade_attribution.py": "graded", "test_grade_inputs.py": "graded",
-                   "test_feedback.py": "graded", "test_scores_exact.py": "graded", "test_failing_goldens.py": "results"}
+                   "test_feedback.py": "graded", "test_scores_exact.py": "graded"}
 # A session-scoped fixture that tests of several modules share: those tests are kept on one worker, in a
 # group named after it, so that it is made once in the session (tests/helpers/cli.py warm_workspace: one
-# workspace and its check server for the golden, picture and format checks of three modules).
+# workspace and its check server for the golden, picture and format checks of four modules).
 SESSION_FIXTURES = ("warm_workspace",)
 
 

@@ -393,13 +393,17 @@ def test_no_workspace_is_one_line(tmp_path):
 
 def test_docker_without_its_image_is_one_line_with_the_build_command(tmp_path):
     """`serve --sandbox docker` forks its workers in one container of the grader image (as watch
-    does); without that image it says so in one line, with the command that builds it."""
+    does); without that image it says so in one line, with the command that builds it. Where the
+    engine itself is not running (a laptop with docker stopped), the one line says to start it."""
+    from lumen_ex.image import engine
+
     ws = make_workspace(tmp_path)
     proc = _serve_fails("--port", "0", "--workspace", str(ws.root), "--sandbox", "docker",
                         env={**os.environ, "LUMEN_EX_IMAGE": "lumen-ex-grader:never-built"})
     assert proc.returncode != 0
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
-    assert "docker" in proc.stderr and "lumen-ex image build" in proc.stderr
+    next_step = "lumen-ex image build" if engine.engine().running else "start it"
+    assert "docker" in proc.stderr and next_step in proc.stderr, proc.stderr
 
 
 def test_a_busy_port_is_one_line(tmp_path, served):

@@ -138,7 +138,7 @@ class WarmWorkspace:
 @pytest.fixture(scope="session")
 def warm_workspace(tmp_path_factory):
     """One :class:`WarmWorkspace` for the session's golden, picture and format checks
-    (tests/e2e/test_cli.py, test_cli_pictures.py, test_formats.py), kept on one worker in order
+    (tests/e2e/test_cli.py, test_cli_pictures.py, test_formats.py, test_failing_goldens.py), kept on one worker in order
     (tests/conftest.py SESSION_FIXTURES); at the end every check but the first must have been
     answered warm. Each test puts the file it checks first: no test reads another's."""
     ws = WarmWorkspace(tmp_path_factory.mktemp("warm"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -325,9 +326,43 @@ def test_heatmap_fits_a_narrow_terminal_around_the_worst_column():
     got[1, 13] = 0.5
     p = pictures.heatmap(got, expected, what="weights", axes=("L_q", "L_k"))
     lines = [line.plain for line in heatmap_lines(p, width=60)]
-    assert "showing queries 0-1 and keys 8-15 of 2 x 16, around the largest difference" in "\n".join(lines)
+    assert lines[0] == "  weights: rows = queries, columns = keys 8-15 of 16"      # which keys are shown
     assert lines[2].split() == ["8", "10", "12", "14"] * 3            # two-digit keys: every other one
-    assert max(len(line.rstrip()) for line in lines[:5]) <= 60
+    assert max(len(line.rstrip()) for line in lines[:5] + lines[-1:]) <= 60     # the legend may wrap
+    assert heatmap_lines(p, width=120)[0].plain == "  weights: rows = queries, columns = keys"   # all keys fit
+
+
+def _tall_payload(worst_row: int) -> dict:
+    """A 12 x 12 causal picture whose only wrong cell is (worst_row, 0)."""
+    expected = torch.tril(torch.ones(12, 12, dtype=torch.float64)) / torch.arange(1, 13, dtype=torch.float64)[:, None]
+    got = expected.clone()
+    got[worst_row, 0] += 0.25
+    return pictures.heatmap(got, expected, what="weights", axes=("L_q", "L_k"))
+
+
+@pytest.mark.parametrize("worst_row, shown", [(0, range(0, 4)), (6, range(4, 8)), (11, range(8, 12))])
+def test_heatmap_keeps_max_rows_around_the_worst_row_and_says_which(worst_row, shown):
+    p = _tall_payload(worst_row)
+    whole = [line.plain for line in heatmap_lines(p, width=120)]
+
+    def labels(lines: list[str]) -> list[str]:
+        return [line.split()[0] for line in lines if re.fullmatch(r"q\d+", (line.split() or [""])[0])]
+
+    assert labels(whole) == [f"q{i}" for i in range(12)]
+    assert whole[0] == "  weights: rows = queries, columns = keys"
+    lines = [line.plain for line in heatmap_lines(p, width=120, max_rows=4)]
+    assert labels(lines) == [f"q{i}" for i in shown]
+    assert lines[0] == f"  weights: rows = queries {shown.start}-{shown.stop - 1} of 12, columns = keys"
+    assert f"  largest difference: query {worst_row}, key 0, expected" in lines[-1]
+    assert len(whole) - len(lines) == 12 - 4           # eight rows fewer, and no line more
+
+
+def test_largest_difference_line_shortens_to_fit_the_width():
+    p = _tall_payload(11)
+    full = "  largest difference: query 11, key 0, expected 0.0833, yours 0.333 (1 of 144 cells differ)"
+    assert heatmap_lines(p, width=120)[-1].plain == full
+    assert heatmap_lines(p, width=len(full) - 1)[-1].plain == full.replace(" cells differ", " differ")
+    assert heatmap_lines(p, width=60)[-1].plain == full.split(" (")[0]
 
 
 def test_shape_diagram_same_rank():

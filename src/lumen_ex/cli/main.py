@@ -160,7 +160,8 @@ def check(ctx, exercise: str, workspace: Path | None, sandbox: str, fmt: str, se
         click.echo(view().emit(fmt, result, os.environ), nl=False)
     else:
         render = view()
-        render.render_result(render.console(), result)
+        con = render.console()
+        render.render_result(con, result, height=render.screen_lines(con))
     for warning in result.warnings:
         click.echo(f"warning: {visible(warning)}", err=True)
     ctx.exit(result.exit_code())
@@ -177,7 +178,7 @@ def check(ctx, exercise: str, workspace: Path | None, sandbox: str, fmt: str, se
 @click.pass_context
 def watch(ctx, exercise: str, workspace: Path | None, sandbox: str, seed: int | None, device: str, poll: bool) -> None:
     """Check EXERCISE again every time you save it (Ctrl-C to stop)."""
-    from lumen_ex.cli.render import console, early_failure, render_result
+    from lumen_ex.cli.render import console, early_failure, render_result, screen_lines
     from lumen_ex.harness.progress import Progress
     from lumen_ex.learner.watch import WatchSession, serve
 
@@ -189,7 +190,7 @@ def watch(ctx, exercise: str, workspace: Path | None, sandbox: str, seed: int | 
         progress.reset(None)
         if con.is_terminal:
             con.clear()
-        render_result(con, result, watching=True)
+        render_result(con, result, watching=True, height=screen_lines(con, below=1))    # below: the footer
         con.print(session.footer, style="dim")
         sys.stdout.flush()
 

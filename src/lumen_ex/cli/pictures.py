@@ -17,7 +17,8 @@ Heatmap, one row per query and two characters per key (tests/golden/pictures-*.t
 Shades go by the square root of weight / largest weight (░ below 1/16, ▒ below 1/4, ▓ below 9/16),
 so small weights stay visible and an exact 0 (·) stands apart from a tiny leak (░).
 Masks draw ■ for True (may attend) and · for False. The picture is fitted to the width it is
-given: columns beyond it are cropped around the largest difference, and the caption says so.
+given (and to the rows it is allowed): the rest is cropped around the largest difference, and the
+title says which rows and columns are shown ("rows = queries 8-11 of 12").
 """
 
 from __future__ import annotations
@@ -81,14 +82,17 @@ STYLE = {"shade": "blue", "wrong": "bold red", "more": "bold red", "less": "bold
 
 
 class Heatmap:
-    """A rich renderable of ``details["heatmap"]``: expected | yours | difference."""
+    """A rich renderable of ``details["heatmap"]``: expected | yours | difference; ``max_rows``
+    (None: all) keeps that many rows around the largest difference, for a failure that must fit
+    one screen (src/lumen_ex/cli/render.py)."""
 
-    def __init__(self, payload: dict):
+    def __init__(self, payload: dict, max_rows: int | None = None):
         self.p = payload
+        self.max_rows = max_rows
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         try:                     # a view never fails: a malformed payload draws nothing
-            lines = heatmap_lines(self.p, options.max_width) if _well_formed(self.p) else []
+            lines = heatmap_lines(self.p, options.max_width, self.max_rows) if _well_formed(self.p) else []
         except (TypeError, ValueError, KeyError, IndexError):
             lines = []
         yield from lines
@@ -108,20 +112,19 @@ def _well_formed(p) -> bool:
         for g in grids)
 
 
-def heatmap_lines(p: dict, width: int = 96) -> list[Text]:
+def heatmap_lines(p: dict, width: int = 96, max_rows: int | None = None) -> list[Text]:
+    """The picture's lines, fitted to ``width`` columns and at most ``max_rows`` rows (None: all),
+    both cropped around the largest difference; the title then says which rows and columns it shows."""
     expected, got, differs = p["expected"], p["got"], p["differs"]
     n_rows, n_cols = len(expected), len(expected[0]) if expected else 0
     if not n_rows or not n_cols:
         return []
     is_mask = p.get("kind") == "mask"
     r0, c0 = int(p.get("row_start", 0)), int(p.get("col_start", 0))
+    worst = p.get("worst") or [r0, c0]
     # fit the columns to the width: label + 3 panels of 2 characters per key + 2 separators
-    fit = max(1, (width - LABEL_W - 2 * len(SEP)) // 6)
-    lo = 0
-    if n_cols > fit:
-        worst = int((p.get("worst") or [0, 0])[1]) - c0
-        lo = max(0, min(worst - fit // 2, n_cols - fit))
-    cols = range(lo, min(n_cols, lo + fit))
+    cols = _around(int(worst[1]) - c0, n_cols, max(1, (width - LABEL_W - 2 * len(SEP)) // 6))
+    rows = _around(int(worst[0]) - r0, n_rows, max(1, max_rows or n_rows))
     vmax = max((abs(v) for g in (expected, got) for row in g for v in row if v is not None), default=0.0) or 1.0
 
     def cell(v) -> tuple[str, str]:
@@ -144,14 +147,15 @@ def heatmap_lines(p: dict, width: int = 96) -> list[Text]:
     titles = ("expected", "yours", "difference")
     widths = [max(2 * len(cols), len(t)) for t in titles]
     title = one_line(p.get("title") or p.get("what", "weights"))        # from the record: shown, never run
-    row_word, row_mark, _ = row_words(p)
-    col_word = col_words(p)[0]
-    out = [Text.assemble("  ", (title, "bold"), f": rows = {row_word}, columns = {col_word}")]
+    row_mark = row_words(p)[1]
+    long, short = _axes(p, range(r0 + rows.start, r0 + rows.stop), range(c0 + cols.start, c0 + cols.stop))
+    axes = short if len(long) > width - len(title) - 4 >= len(short) else long     # wrapping anyway: the clearer
+    out = [Text.assemble("  ", (title, "bold"), f": {axes}")]
     out.append(Text((" " * LABEL_W + SEP.join(t.ljust(w) for t, w in zip(titles, widths))).rstrip()))
     every = 2 if c0 + cols.stop - 1 >= 10 else 1          # two-digit keys: label every other one
     numbers = "".join(f"{c0 + j:>2}" if (c0 + j) % every == 0 else "  " for j in cols)
     out.append(Text((" " * LABEL_W + SEP.join(numbers.ljust(w) for w in widths)).rstrip()))
-    for i in range(n_rows):
+    for i in rows:
         line = Text(f"{row_mark}{r0 + i}".rjust(LABEL_W - 2).ljust(LABEL_W))
         for n in range(3):
             if n:
@@ -166,13 +170,18 @@ def heatmap_lines(p: dict, width: int = 96) -> list[Text]:
         line.rstrip()
         out.append(line)
     out += _legend(p, is_mask, vmax)
-    shown = _shown(p, n_rows, r0, c0, cols)
-    if shown:
-        out.append(Text(shown, style="dim"))
-    worst_line = _worst_line(p, is_mask)
+    worst_line = _worst_line(p, is_mask, width)
     if worst_line:
         out.append(Text(worst_line, style="dim"))
     return out
+
+
+def _around(worst: int, n: int, fit: int) -> range:
+    """``fit`` of ``n`` consecutive indices (all of them if they fit), the ``worst`` one among them."""
+    if n <= fit:
+        return range(n)
+    lo = max(0, min(worst - fit // 2, n - fit))
+    return range(lo, lo + fit)
 
 
 def _legend(p: dict, is_mask: bool, vmax: float) -> list[Text]:
@@ -191,17 +200,25 @@ def _legend(p: dict, is_mask: bool, vmax: float) -> list[Text]:
                           "· the same, within tolerance")]
 
 
-def _shown(p: dict, n_rows: int, r0: int, c0: int, cols: range) -> str:
-    L_q, L_k = (p.get("shape") or [n_rows, len(p["expected"][0])])[:2]
-    first, last = c0 + cols.start, c0 + cols.stop - 1
-    if n_rows == L_q and first == 0 and last == L_k - 1:
-        return ""
-    row_word, col_word = row_words(p)[0], col_words(p)[0]
-    return (f"  showing {row_word} {r0}-{r0 + n_rows - 1} and {col_word} {first}-{last} of {L_q} x {L_k}, "
-            f"around the largest difference")
+def _axes(p: dict, rows: range, cols: range) -> tuple[str, str]:
+    """What the rows and columns are: 'rows = queries, columns = keys'; an axis the picture crops
+    says which of how many it shows: 'rows = queries 8-11 of 12, columns = keys'. Then the short
+    form, rows x columns, for a title that leaves no room: 'queries 8-11 of 12 x keys'."""
+    L_q, L_k = (p.get("shape") or [len(p["expected"]), len(p["expected"][0])])[:2]
+
+    def axis(word: str, shown: range, whole: int) -> str:
+        return word if shown.start == 0 and shown.stop == whole else f"{word} {shown.start}-{shown.stop - 1} of {whole}"
+
+    row, col = axis(row_words(p)[0], rows, L_q), axis(col_words(p)[0], cols, L_k)
+    return f"rows = {row}, columns = {col}", f"{row} x {col}"
 
 
-def _worst_line(p: dict, is_mask: bool) -> str:
+def _fitted(width: int, *forms: str) -> str:
+    """The first of ``forms`` (longest first) that fits ``width`` columns, else the last."""
+    return next((f for f in forms if len(f) <= width), forms[-1])
+
+
+def _worst_line(p: dict, is_mask: bool, width: int = 96) -> str:
     worst = p.get("worst")
     if not worst:
         return ""
@@ -212,9 +229,13 @@ def _worst_line(p: dict, is_mask: bool) -> str:
         return ""
     fmt = (lambda v: "True" if v else "False") if is_mask else (lambda v: "NaN/inf" if v is None else f"{v:.3g}")
     n, shape = p.get("mismatched"), p.get("shape") or []
-    many = f" ({n} of {shape[0] * shape[1]} cells differ)" if n and len(shape) == 2 else ""
+    counted = n and len(shape) == 2
     row, col = row_words(p)[2], col_words(p)[1]
-    return f"  largest difference: {row} {worst[0]}, {col} {worst[1]}, expected {fmt(e)}, yours {fmt(g)}{many}"
+    line = f"  largest difference: {row} {worst[0]}, {col} {worst[1]}, expected {fmt(e)}, yours {fmt(g)}"
+    if not counted:
+        return line
+    return _fitted(width, f"{line} ({n} of {shape[0] * shape[1]} cells differ)",
+                   f"{line} ({n} of {shape[0] * shape[1]} differ)", line)
 
 
 # -------------------------------------------------------------------------------------------------

@@ -36,15 +36,24 @@ def console() -> Console:
     return Console(highlight=False, soft_wrap=False, width=width)
 
 
+def screen_lines(con: Console, *, below: int = 0) -> int | None:
+    """The lines a check's output may fill on ``con``: the terminal's height less the ``below``
+    lines its caller prints after it (watch's footer); None (no limit) when the output is not a
+    terminal (a file, a pipe, a CI log keeps every row of a picture)."""
+    return con.height - below if con.is_terminal else None
+
+
 # -------------------------------------------------------------------------------------------------
 # check
 
 
-def render_result(con: Console, result: RunResult, *, watching: bool = False) -> None:
+def render_result(con: Console, result: RunResult, *, watching: bool = False, height: int | None = None) -> None:
     """A check's result: its identity, the table of tests, the first failure, the summary. The
     first failure comes after the table, next to the verdict, the next step and the prompt, so that
-    they stay on one screen however long the table (80 x 24: tests/e2e/test_failing_goldens.py).
-    ``watching`` (lumen-ex watch): the next step is to save again."""
+    they stay on one screen however long the table; ``height`` (:func:`screen_lines`): that screen's
+    lines, one of them left for the prompt, which the failure's picture gives up rows to fit (80 x
+    24: tests/e2e/test_failing_goldens.py); None: no limit. ``watching`` (lumen-ex watch): the next
+    step is to save again."""
     ex = result.exercise
     sandbox = result.sandbox
     iso = "isolated" if sandbox.isolated else "NOT ISOLATED"
@@ -59,18 +68,21 @@ def render_result(con: Console, result: RunResult, *, watching: bool = False) ->
         con.print(Panel(Text(visible(sandbox.note or "This run was not isolated."), style="bold"),
                         title="warning", border_style="red"))
     first = result.first_failure
+    summary = _summary(result, watching=watching, width=con.width)
     con.print()
     con.print(_table(result.tests, con.width))
     if first is not None:
         con.print()
-        con.print(_failure_panel(first, result.misconceptions))
+        # Room on one screen for the panel: less the blank line and the summary below it, and the prompt.
+        room = None if height is None else height - 2 - len(con.render_lines(summary, pad=False))
+        con.print(_fitted_panel(con, first, result.misconceptions, room))
     else:
         printed = next((t for t in result.tests if t.output.strip()), None)
         if printed is not None:        # on a pass too, but folded: the first test that printed
             con.print()
             con.print(*_printed(printed.output, keep=3), sep="\n")
     con.print()
-    con.print(_summary(result, watching=watching))
+    con.print(summary)
 
 
 def early_failure(con: Console):
@@ -89,14 +101,35 @@ def early_failure(con: Console):
     return listen
 
 
-def _failure_panel(test: TestResult, named: list[dict] | None = None) -> Panel:
+PICTURE_ROWS = 3     # the fewest rows a picture keeps to fit the failure on one screen
+
+
+def _fitted_panel(con: Console, test: TestResult, named: list[dict] | None, room: int | None) -> Panel:
+    """The first failure in at most ``room`` lines (None: any) where its picture can give them up:
+    the picture keeps fewer rows (at least PICTURE_ROWS), around the largest difference, and says
+    which. The words (the diagnosis, the mistake, what the code printed) are never cut."""
+    panel = _failure_panel(test, named)
+    heatmap = test.diagnosis.details.get("heatmap") if test.diagnosis is not None else None
+    rows = len(heatmap["expected"]) if isinstance(heatmap, dict) and isinstance(heatmap.get("expected"), list) else 0
+    whole = fitted = len(con.render_lines(panel)) if room is not None else 0
+    while room is not None and fitted > room and rows > PICTURE_ROWS:
+        rows = max(PICTURE_ROWS, rows - (fitted - room))     # a row is a line (its title may then wrap)
+        shorter = _failure_panel(test, named, max_rows=rows)
+        fitted = len(con.render_lines(shorter))
+        if fitted < whole:
+            panel = shorter
+    return panel
+
+
+def _failure_panel(test: TestResult, named: list[dict] | None = None, *, max_rows: int | None = None) -> Panel:
     """The first failure; ``named``: the run's named mistakes (RunResult.misconceptions), whose
-    most consistent one is shown under it with its evidence across the run."""
+    most consistent one is shown under it with its evidence across the run; ``max_rows``: the
+    picture's rows (None: all)."""
     lines: list = []
     diag = test.diagnosis
     top = named[0] if named else None
     if diag is not None:
-        lines += _diagnosis_lines(diag, run_mistake=top)
+        lines += _diagnosis_lines(diag, run_mistake=top, max_rows=max_rows)
     elif top is not None:
         lines += [Text(visible(test.message or test.status.value)), _run_mistake_line(top)]
     else:
@@ -124,7 +157,7 @@ def _printed(output: str, keep: int = PRINTED_LINES) -> list[Text]:
     return out
 
 
-def _diagnosis_lines(diag: Diagnosis, run_mistake: dict | None = None) -> list:
+def _diagnosis_lines(diag: Diagnosis, run_mistake: dict | None = None, max_rows: int | None = None) -> list:
     label = one_line(KIND_LABEL.get(diag.kind, diag.kind))
     out: list = [Text.assemble((f"{label}: ", "bold yellow"), visible(diag.summary))]
     if diag.kind == "shape" and diag.details.get("expected_axes"):
@@ -138,7 +171,7 @@ def _diagnosis_lines(diag: Diagnosis, run_mistake: dict | None = None) -> list:
     if isinstance(diag.details.get("code"), str) and diag.details.get("where"):
         out.append(Text(one_line(f"    {diag.details['code']}")))        # the line itself, once
     if isinstance(diag.details.get("heatmap"), dict):
-        out.append(Heatmap(diag.details["heatmap"]))
+        out.append(Heatmap(diag.details["heatmap"], max_rows))
     texts = text_diff.comparison(diag.details)
     if texts is not None:
         out += _text_rows(texts)
@@ -227,7 +260,8 @@ def _clip(text: str, n: int) -> str:
     return text[: max(n - 1, 1)] + "…"
 
 
-def _summary(result: RunResult, *, watching: bool = False) -> Text:
+def _summary(result: RunResult, *, watching: bool = False, width: int = 120) -> Text:
+    """The verdict line and the next step, the step's short form where the long one would wrap."""
     passed = sum(t.status is Status.PASS for t in result.tests)
     counted = sum(t.status is not Status.SKIPPED for t in result.tests)
     n = result.exercise["number"]
@@ -242,6 +276,9 @@ def _summary(result: RunResult, *, watching: bool = False) -> Text:
         head = ("Not yet", "bold yellow")
         again = "save the file to check it again" if watching else f"run `lumen-ex check {n}` again"
         step = f"Next: fix the first failure above, then {again} (stuck? `lumen-ex hint {n}`)."
+        if len(step) > width:
+            again = "save to check again" if watching else f"`lumen-ex check {n}` again"
+            step = f"Next: fix that, then {again} (stuck? `lumen-ex hint {n}`)."
     return Text.assemble(head, f" · score {points(result.score)}/{points(result.max_score)}"
                          f" · {passed} of {counted} tests passed · {result.duration:.1f} s\n", step)
 

@@ -120,14 +120,29 @@ def _shown(value: object) -> str:
     return str(value)
 
 
+def index_ranges(indices: object, most: int = 6) -> str:
+    """Indices as runs: [0, 1, 2, 3, 7, 9, 10] reads '0-3, 7, 9-10'; past ``most`` runs the rest is
+    counted ('0-3, 7, … (40 in all)'). Anything but a list of ints is shown as it is, one line."""
+    if not (isinstance(indices, list) and all(type(i) is int for i in indices)):
+        return one_line(str(indices))
+    runs: list[list[int]] = []
+    for i in sorted(set(indices)):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs[:most])
+    return shown if len(runs) <= most else f"{shown}, … ({len(set(indices))} in all)"
+
+
 def where_line(diag: Diagnosis) -> str:
-    """Where the values are wrong: 'wrong heads: 0, 1   wrong query rows: 0, 3   at ...'."""
+    """Where the values are wrong: 'wrong heads: 0-1   wrong query rows: 0, 3-11   at ...'."""
     d = diag.details
     parts = []
     if d.get("heads"):
-        parts.append("wrong heads: " + ", ".join(map(str, d["heads"])))
+        parts.append("wrong heads: " + index_ranges(d["heads"]))
     if d.get("rows") and diag.kind == "values":
-        parts.append("wrong query rows: " + ", ".join(map(str, d["rows"][:12])))
+        parts.append("wrong query rows: " + index_ranges(d["rows"]))
     if d.get("where"):
         parts.append(f"at {d['where']}")
     return "   ".join(parts)
