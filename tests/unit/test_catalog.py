@@ -104,3 +104,39 @@ def test_reference_passes_with_full_marks(ex, grade):
     # Every scoring group is exercised, and every test belongs to a declared group.
     groups = {t.group for t in result.tests}
     assert groups == set(ex.points), f"groups in the suite {groups} vs the catalogue {set(ex.points)}"
+
+
+def test_a_name_with_a_trailing_newline_is_refused_everywhere_a_name_is_checked(tmp_path):
+    """A pattern anchored with ``$`` also accepts one newline at the end: the validators match the
+    whole name. A forbidden API spelled "torch.nn.X\\n" (a TOML escape, a pasted line) would pass
+    validation and then never match the call it should forbid; a pack's name names a folder in the
+    grader image; the exercise's slug and file are typed and written by the learner's tools."""
+    from lumen_ex.authoring import scaffold
+    from lumen_ex.classroom import k8s
+    from lumen_ex.core.errors import UsageError
+
+    root = tmp_path / "exercises"
+    shutil.copytree(catalog.exercises_root(), root, ignore=shutil.ignore_patterns("__pycache__"))
+    pack = root / "pack.toml"
+    pack.write_text(pack.read_text().replace('aliases = ["torch._C._nn.scaled_dot_product_attention"]',
+                                             'aliases = ["torch._C._nn.scaled_dot_product_attention\\n"]')
+                    .replace('kernels = ["aten::_native_multi_head_attention"]',
+                             'kernels = ["aten::_native_multi_head_attention\\n"]'))
+    manifest = root / "02-kv-cache" / "exercise.toml"
+    manifest.write_text(manifest.read_text().replace('slug = "kv-cache"', 'slug = "kv-cache\\n"'))
+    problems = "\n".join(catalog.validate(catalog.load_pack(root)))
+    assert "'torch._C._nn.scaled_dot_product_attention\\n' must be a dotted name" in problems, problems
+    assert "'aten::_native_multi_head_attention\\n' of torch.nn.functional.multi_head_attention_forward must be" \
+        in problems, problems
+    assert "(kv-cache\n, " in problems and "slug must match" in problems, problems
+
+    name = catalog.read_pack(root).name
+    pack.write_text(pack.read_text().replace(f'name = "{name}"', f'name = "{name}\\n"', 1))
+    with pytest.raises(CatalogError, match="needs a name"):
+        catalog.read_pack(root)
+    with pytest.raises(UsageError, match="--slug"):
+        scaffold._check("softmax\n", "Softmax", 101)
+    digest = "registry.example/grader@sha256:" + "0" * 64
+    assert k8s.resolve_image(digest) == digest
+    with pytest.raises(UsageError, match="not known by digest"):   # (no image of that name here)
+        k8s.resolve_image(digest + "\n")

@@ -33,7 +33,7 @@ def new_pack(target: Path, *, slug: str, title: str, number: int | None = None, 
     number = DEFAULT_NUMBER if number is None else number
     _check(slug, title, number)
     name = name or re.sub(r"[^a-z0-9-]+", "-", target.resolve().name.lower()).strip("-") or "my-pack"
-    if not PACK_NAME.match(name):
+    if not PACK_NAME.fullmatch(name):
         raise UsageError(f"pack name {name!r} must match {PACK_NAME.pattern}", "Pass --name my-course")
     return _write_exercise(target, slug=slug, title=title, number=number, name=name, version=version,
                            with_pack=True)
@@ -71,7 +71,7 @@ def add_exercise(target: Path, *, slug: str, title: str, number: int | None) -> 
 
 
 def _check(slug: str, title: str, number: int) -> None:
-    if not SLUG.match(slug):
+    if not SLUG.fullmatch(slug):
         raise UsageError(f"--slug {slug!r} must be lowercase letters, digits and dashes", "For example --slug softmax")
     if not title.strip() or "\n" in title or '"' in title or "\\" in title:
         raise UsageError("--title must be one line without quotes or backslashes", 'For example --title "Softmax"')

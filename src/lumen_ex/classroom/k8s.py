@@ -121,7 +121,7 @@ def failure_policy() -> dict:
 def resolve_image(image: str) -> str:
     """``image`` as ``REPO@sha256:...``: as given when it is a digest reference, else the digest the
     local docker knows for it (RepoDigests); UsageError when none is known."""
-    if _DIGEST.match(image):
+    if _DIGEST.fullmatch(image):
         return image
     repo = image.split("@")[0]
     repo = repo.rsplit(":", 1)[0] if ":" in repo.rsplit("/", 1)[-1] else repo

@@ -274,11 +274,11 @@ def validate(catalog: Catalog) -> list[str]:
     problems: list[str] = []
     for ex in catalog.exercises:
         where = f"exercise {ex.number} ({ex.slug}, {ex.root})"
-        if not SLUG.match(ex.slug):
+        if not SLUG.fullmatch(ex.slug):
             problems.append(f"{where}: slug must match {SLUG.pattern}")
         if not ex.dir.startswith(f"{ex.number:02d}-"):
             problems.append(f"{where}: folder {ex.dir!r} should start with {ex.number:02d}-")
-        if not re.match(r"^[A-Za-z_]\w*\.py$", ex.file) or ex.file in RESERVED_FILES:
+        if not re.fullmatch(r"[A-Za-z_]\w*\.py", ex.file) or ex.file in RESERVED_FILES:
             problems.append(f"{where}: file {ex.file!r} must be a module name ending in .py, not "
                             f"{' or '.join(sorted(RESERVED_FILES))}")
         problems += [f"{where}: {p}" for p in _stub_problems(ex)]

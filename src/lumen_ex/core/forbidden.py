@@ -102,10 +102,10 @@ def problems(api: ForbiddenAPI) -> list[str]:
     """What is wrong with one forbidden API's data, each with what to write instead."""
     found = []
     for dotted in api.python_names:
-        if not DOTTED.match(dotted):
+        if not DOTTED.fullmatch(dotted):
             found.append(f"forbidden API {dotted!r} must be a dotted name like torch.nn.X")
     for kernel in api.kernels:
-        if not KERNEL.match(kernel):
+        if not KERNEL.fullmatch(kernel):
             found.append(f"kernel {kernel!r} of {api.name} must be an operator like aten::name or aten::name.overload")
     return found
 

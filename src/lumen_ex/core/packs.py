@@ -131,7 +131,7 @@ def read_pack(root: Path, *, builtin: bool = False) -> Pack:
                            f"{FORMAT_VERSION}", "Upgrade lumen-ex, or fix the pack")
     folders = data.get("exercises", [])
     name, version = data.get("name"), data.get("version")
-    if not (isinstance(name, str) and PACK_NAME.match(name) and isinstance(version, str) and version
+    if not (isinstance(name, str) and PACK_NAME.fullmatch(name) and isinstance(version, str) and version
             and isinstance(folders, list) and all(isinstance(f, str) for f in folders)):
         raise CatalogError(f"{root / PACK_FILE}: needs a name ({PACK_NAME.pattern}), a version (a string) "
                            "and exercises (folder names)",
