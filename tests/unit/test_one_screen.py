@@ -117,3 +117,10 @@ def test_no_limit_where_the_output_is_not_a_terminal():
     assert screen_lines(Console(file=io.StringIO(), width=80, height=24)) is None      # a file, a pipe, a CI log
     terminal = Console(file=io.StringIO(), width=80, height=24, force_terminal=True)
     assert screen_lines(terminal) == 24 and screen_lines(terminal, below=1) == 23
+
+
+def test_a_name_too_long_for_the_border_ends_in_an_ellipsis():
+    result = _result()
+    result.tests[-1].name = "each token attends to exactly the sinks and the last window, itself included"
+    title = next(line for line in _drawn(result, 80, None) if "first failure:" in line)
+    assert len(title) == 80 and title.endswith("wind…─╮"), title

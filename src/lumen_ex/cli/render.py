@@ -141,6 +141,7 @@ def _failure_panel(test: TestResult, named: list[dict] | None = None, *, max_row
     if diag is not None and diag.kind == "import":    # one cause for every test: say so in the title
         name = "your file does not parse" if "does not parse" in diag.summary else "your file did not import"
     title = Text.assemble((f"{mark} first failure: ", color), (one_line(name), "bold"))
+    title.overflow = "ellipsis"          # a name too long for the border ends in "…", not mid-word
     return Panel(Group(*lines), title=title, title_align="left", border_style=color)
 
 
