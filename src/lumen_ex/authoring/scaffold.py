@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from lumen_ex.core.catalog import SLUG
 from lumen_ex.core.errors import UsageError
 from lumen_ex.core.packs import PACK_NAME
 
-SLUG = re.compile(r"^[a-z][a-z0-9-]*$")
 DEFAULT_NUMBER = 101       # course packs number from 101, so the built-in pack can grow
 
 
