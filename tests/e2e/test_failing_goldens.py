@@ -19,12 +19,18 @@ command reads the screen's size itself.
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
+import os
+import pty
 import re
+import struct
+import subprocess
+import termios
 
 import pytest
-from conftest import requires_bwrap
+from conftest import LUMEN_EX, requires_bwrap
 from helpers.cli import compare, normalise
 from rich.console import Console
 
@@ -92,15 +98,6 @@ def test_a_failing_check_reads_well_at_80_and_120_columns(warm_workspace, result
 def in_terminal(ws, args: list[str], columns: int, lines: int) -> tuple[str, int]:
     """The installed `lumen-ex` run in ``ws`` on a pseudo-terminal of ``columns`` x ``lines`` (its
     window size, no COLUMNS or LINES): what the learner's terminal receives, escape sequences taken out."""
-    import fcntl
-    import os
-    import pty
-    import struct
-    import subprocess
-    import termios
-
-    from conftest import LUMEN_EX
-
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES") and not k.startswith(("FORCE_COLOR", "CLICOLOR"))}

@@ -109,10 +109,12 @@ def _fitted_panel(con: Console, test: TestResult, named: list[dict] | None, room
     the picture keeps fewer rows (at least PICTURE_ROWS), around the largest difference, and says
     which. The words (the diagnosis, the mistake, what the code printed) are never cut."""
     panel = _failure_panel(test, named)
+    if room is None:
+        return panel
     heatmap = test.diagnosis.details.get("heatmap") if test.diagnosis is not None else None
     rows = len(heatmap["expected"]) if isinstance(heatmap, dict) and isinstance(heatmap.get("expected"), list) else 0
-    whole = fitted = len(con.render_lines(panel)) if room is not None else 0
-    while room is not None and fitted > room and rows > PICTURE_ROWS:
+    whole = fitted = len(con.render_lines(panel))
+    while fitted > room and rows > PICTURE_ROWS:
         rows = max(PICTURE_ROWS, rows - (fitted - room))     # a row is a line (its title may then wrap)
         shorter = _failure_panel(test, named, max_rows=rows)
         fitted = len(con.render_lines(shorter))
@@ -165,7 +167,7 @@ def _diagnosis_lines(diag: Diagnosis, run_mistake: dict | None = None, max_rows:
         out += shape_diagram(diag.expected or [], diag.got or [], diag.details["expected_axes"],
                              diag.details.get("got_axes") or [])
     elif pair := expected_got_line(diag, "   "):
-        out.append(Text(one_line("  " + pair), style="dim"))
+        out.append(Text("  " + pair, style="dim"))         # one line already
     where = where_line(diag)
     if where:
         out.append(Text(one_line(f"  {where}"), style="dim"))

@@ -125,14 +125,15 @@ def index_ranges(indices: object, most: int = 6) -> str:
     counted ('0-3, 7, … (40 in all)'). Anything but a list of ints is shown as it is, one line."""
     if not (isinstance(indices, list) and all(type(i) is int for i in indices)):
         return one_line(str(indices))
+    distinct = sorted(set(indices))
     runs: list[list[int]] = []
-    for i in sorted(set(indices)):
+    for i in distinct:
         if runs and i == runs[-1][1] + 1:
             runs[-1][1] = i
         else:
             runs.append([i, i])
     shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs[:most])
-    return shown if len(runs) <= most else f"{shown}, … ({len(set(indices))} in all)"
+    return shown if len(runs) <= most else f"{shown}, … ({len(distinct)} in all)"
 
 
 def where_line(diag: Diagnosis) -> str:

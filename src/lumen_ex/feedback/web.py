@@ -122,7 +122,7 @@ def diagnosis_lines(diag: Diagnosis, test: TestResult, run_mistake: dict | None)
             {"label": "", "part": "yours", "cells": [{"text": c.yours[0], "bad": c.differs} for c in columns]},
         ]})
     elif pair := expected_got_line(diag, "   "):
-        out.append({"kind": "dim", "text": one_line(pair)})
+        out.append({"kind": "dim", "text": pair})          # one line already
     where = where_line(diag)
     if where:
         out.append({"kind": "dim", "text": one_line(where)})
