@@ -13,6 +13,7 @@ whose harness runs inside a container grades the reference in tests/sandbox/test
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -168,17 +169,26 @@ def test_the_ir_kept_per_file_is_bounded(monkeypatch):
 def test_the_first_stage_alone_makes_the_ttir_of_a_whole_compile(monkeypatch, tmp_path):
     """The worker stops a kernel's compile after its first stage (src/lumen_ex/sandbox/inside/kernels.py
     ``first_stage``): the TTIR it reads is the one ``triton.compile`` makes, for the reference and for
-    a file whose loop runs past the diagonal (a whole compile runs ptxas: a few seconds)."""
+    a file whose loop runs past the diagonal (a whole compile runs ptxas: a few seconds). Both are
+    compiled as the worker sets Triton up (``prepare``): multiply-adds fused because the grader says
+    so, not because this Triton's default happens to."""
     import importlib.util
+    import tempfile
 
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    from triton.compiler.compiler import make_backend
 
     from lumen_ex.sandbox.inside import kernels as inside
 
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    for name in ("TRITON_INTERPRET", "TRITON_CACHE_DIR", "TRITON_DEFAULT_FP_FUSION"):
+        monkeypatch.delenv(name, raising=False)       # and what prepare sets is undone after the test
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    inside.prepare({"language": "triton", "interpret": False})
+    assert "TRITON_INTERPRET" not in os.environ and os.environ["TRITON_CACHE_DIR"].startswith(str(tmp_path))
+    assert os.environ["TRITON_DEFAULT_FP_FUSION"] == "1"
+    assert make_backend(GPUTarget(*inside.TARGET)).parse_options({}).enable_fp_fusion is True
     files = [REFERENCE, next(p for p in EXERCISE.corpus_dir.glob("buggy/*.py") if "future" in p.name)]
     for i, path in enumerate(files):
         spec = importlib.util.spec_from_file_location(f"kernel_file_{i}", path)
