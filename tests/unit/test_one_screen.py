@@ -79,6 +79,22 @@ def test_the_picture_keeps_its_fewest_rows_and_the_words_stay_whole():
     assert _words(lines).count("so that the new token sees itself") == 4
 
 
+def test_where_its_fewest_rows_are_not_enough_the_picture_leaves_out_its_largest_difference_line():
+    """One line short at the fewest rows: the "largest difference" line goes (the cell is in the
+    picture, and the diagnosis's first line names it); the words and the rows stay."""
+    result = _result(sentence=LONG * 2)
+    drawn = {h: _drawn(result, 80, h) for h in range(12, 60)}
+    named = [h for h, lines in drawn.items() if any("largest difference: query 11, key 0" in x for x in lines)]
+    tallest_without = max(h for h in drawn if h not in named)
+    assert named == list(range(tallest_without + 1, 60))              # the line goes only below some height
+    short = drawn[tallest_without]
+    assert len(_from_panel(short)) <= tallest_without - 1, "\n".join(_from_panel(short))      # and that made it fit
+    assert len(_rows(short)) == PICTURE_ROWS and _rows(short)[-1] == "q11"
+    assert len(_rows(drawn[tallest_without + 1])) == PICTURE_ROWS     # it went after the rows had
+    assert _words(short).count("so that the new token sees itself") == 2
+    assert "largest error 0.5 at [L_q=11, L_k=0]" in _words(short)
+
+
 def _words(lines: list[str]) -> str:
     """The drawn text with the panel's borders and line breaks taken out."""
     return " ".join(" ".join(lines).replace("│", " ").split())

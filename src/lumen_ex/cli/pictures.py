@@ -83,16 +83,18 @@ STYLE = {"shade": "blue", "wrong": "bold red", "more": "bold red", "less": "bold
 
 class Heatmap:
     """A rich renderable of ``details["heatmap"]``: expected | yours | difference; ``max_rows``
-    (None: all) keeps that many rows around the largest difference, for a failure that must fit
-    one screen (src/lumen_ex/cli/render.py)."""
+    (None: all) keeps that many rows around the largest difference, and ``worst_line=False`` leaves
+    out the line that names it, for a failure that must fit one screen (src/lumen_ex/cli/render.py)."""
 
-    def __init__(self, payload: dict, max_rows: int | None = None):
+    def __init__(self, payload: dict, max_rows: int | None = None, *, worst_line: bool = True):
         self.p = payload
         self.max_rows = max_rows
+        self.worst_line = worst_line
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         try:                     # a view never fails: a malformed payload draws nothing
-            lines = heatmap_lines(self.p, options.max_width, self.max_rows) if _well_formed(self.p) else []
+            lines = heatmap_lines(self.p, options.max_width, self.max_rows, worst_line=self.worst_line) \
+                if _well_formed(self.p) else []
         except (TypeError, ValueError, KeyError, IndexError):
             lines = []
         yield from lines
@@ -112,9 +114,10 @@ def _well_formed(p) -> bool:
         for g in grids)
 
 
-def heatmap_lines(p: dict, width: int = 96, max_rows: int | None = None) -> list[Text]:
+def heatmap_lines(p: dict, width: int = 96, max_rows: int | None = None, *, worst_line: bool = True) -> list[Text]:
     """The picture's lines, fitted to ``width`` columns and at most ``max_rows`` rows (None: all),
-    both cropped around the largest difference; the title then says which rows and columns it shows."""
+    both cropped around the largest difference; the title then says which rows and columns it shows.
+    ``worst_line``: end with the line that names the largest difference (where one is known)."""
     expected, got, differs = p["expected"], p["got"], p["differs"]
     n_rows, n_cols = len(expected), len(expected[0]) if expected else 0
     if not n_rows or not n_cols:
@@ -170,9 +173,9 @@ def heatmap_lines(p: dict, width: int = 96, max_rows: int | None = None) -> list
         line.rstrip()
         out.append(line)
     out += _legend(p, is_mask, vmax)
-    worst_line = _worst_line(p, is_mask, width)
-    if worst_line:
-        out.append(Text(worst_line, style="dim"))
+    located = _worst_line(p, is_mask, width) if worst_line else ""
+    if located:
+        out.append(Text(located, style="dim"))
     return out
 
 

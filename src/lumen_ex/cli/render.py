@@ -107,7 +107,9 @@ PICTURE_ROWS = 3     # the fewest rows a picture keeps to fit the failure on one
 def _fitted_panel(con: Console, test: TestResult, named: list[dict] | None, room: int | None) -> Panel:
     """The first failure in at most ``room`` lines (None: any) where its picture can give them up:
     the picture keeps fewer rows (at least PICTURE_ROWS), around the largest difference, and says
-    which. The words (the diagnosis, the mistake, what the code printed) are never cut."""
+    which; then, if that is not enough, it leaves out its "largest difference" line (the cell is in
+    the picture, and a values failure's first line names it too). The words (the diagnosis, the
+    mistake, what the code printed) are never cut."""
     panel = _failure_panel(test, named)
     if room is None:
         return panel
@@ -120,18 +122,23 @@ def _fitted_panel(con: Console, test: TestResult, named: list[dict] | None, room
         fitted = len(con.render_lines(shorter))
         if fitted < whole:
             panel = shorter
+    if fitted > room and rows:
+        tighter = _failure_panel(test, named, max_rows=rows, worst_line=False)
+        if len(con.render_lines(tighter)) < fitted:
+            panel = tighter
     return panel
 
 
-def _failure_panel(test: TestResult, named: list[dict] | None = None, *, max_rows: int | None = None) -> Panel:
+def _failure_panel(test: TestResult, named: list[dict] | None = None, *, max_rows: int | None = None,
+                   worst_line: bool = True) -> Panel:
     """The first failure; ``named``: the run's named mistakes (RunResult.misconceptions), whose
     most consistent one is shown under it with its evidence across the run; ``max_rows``: the
-    picture's rows (None: all)."""
+    picture's rows (None: all); ``worst_line``: whether the picture ends with its largest difference."""
     lines: list = []
     diag = test.diagnosis
     top = named[0] if named else None
     if diag is not None:
-        lines += _diagnosis_lines(diag, run_mistake=top, max_rows=max_rows)
+        lines += _diagnosis_lines(diag, run_mistake=top, max_rows=max_rows, worst_line=worst_line)
     elif top is not None:
         lines += [Text(visible(test.message or test.status.value)), _run_mistake_line(top)]
     else:
@@ -160,7 +167,8 @@ def _printed(output: str, keep: int = PRINTED_LINES) -> list[Text]:
     return out
 
 
-def _diagnosis_lines(diag: Diagnosis, run_mistake: dict | None = None, max_rows: int | None = None) -> list:
+def _diagnosis_lines(diag: Diagnosis, run_mistake: dict | None = None, max_rows: int | None = None,
+                     worst_line: bool = True) -> list:
     label = one_line(KIND_LABEL.get(diag.kind, diag.kind))
     out: list = [Text.assemble((f"{label}: ", "bold yellow"), visible(diag.summary))]
     if diag.kind == "shape" and diag.details.get("expected_axes"):
@@ -174,7 +182,7 @@ def _diagnosis_lines(diag: Diagnosis, run_mistake: dict | None = None, max_rows:
     if isinstance(diag.details.get("code"), str) and diag.details.get("where"):
         out.append(Text(one_line(f"    {diag.details['code']}")))        # the line itself, once
     if isinstance(diag.details.get("heatmap"), dict):
-        out.append(Heatmap(diag.details["heatmap"], max_rows))
+        out.append(Heatmap(diag.details["heatmap"], max_rows, worst_line=worst_line))
     texts = text_diff.comparison(diag.details)
     if texts is not None:
         out += _text_rows(texts)
