@@ -33,7 +33,7 @@ import pytest
 from conftest import REFERENCES, pack_copy, requires_bwrap
 from docker_support import containers, needs_docker
 from helpers.cli import normalise, run, server_env, server_log
-from proc_support import wait_until
+from proc_support import descendants, running_with, still_running, wait_until
 
 from lumen_ex.core.workspace import Workspace
 from lumen_ex.learner import check_server
@@ -114,10 +114,26 @@ def test_the_second_check_is_warm_and_prints_what_a_cold_one_prints(tmp_path, ru
              for _ in range(2)}
     assert len(seeds) == 2
 
-    # Another exercise of the same workspace: the server moves to it (one session at a time).
-    assert run(["check", "2", "--sandbox", "bwrap"], ws / "02-kv-cache", env).returncode == 1
-    assert re.search(r"checked 02-kv-cache seed \d+: fail", server_log(runtime))
+    # Another exercise of the same workspace: the server moves to it (one session at a time), its
+    # workers forked from the same zygote (src/lumen_ex/learner/prewarm.py SharedLauncher: no torch
+    # import of its own), and its record is a cold check's.
+    zygotes = _zygotes(ws)
+    assert len(zygotes) == 1, zygotes
+    other = ["check", "2", "--sandbox", "bwrap", "--seed", "8", "--format", "json"]
+    warm_other = run(other, ws / "02-kv-cache", env)
+    assert re.search(r"checked 02-kv-cache seed 8: fail", server_log(runtime))
+    assert _zygotes(ws) == zygotes and still_running(zygotes)
+    cold_other = run(other, ws / "02-kv-cache", {**env, check_server.SWITCH_ENV: "off"})
+    assert _without_durations(_record(warm_other)) == _without_durations(_record(cold_other))
     assert len(list((runtime / "lumen-ex").glob("*.sock"))) == 1
+
+
+def _zygotes(ws: Path) -> list:
+    """The zygotes of the server of ``ws`` (its command line names the workspace)."""
+    servers = [p for p in running_with("lumen_ex.learner.warm_server") if p.shows(str(ws))]
+    assert len(servers) == 1, servers
+    return sorted((p for p in descendants(servers[0].pid).values() if p.running and p.shows("zygote.py")),
+                  key=lambda p: p.pid)[:1]     # the outermost: bwrap's, or the shell that stages its binds
 
 
 @requires_bwrap

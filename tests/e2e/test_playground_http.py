@@ -16,8 +16,9 @@ import socket
 import subprocess
 
 import pytest
-from conftest import REFERENCES, make_workspace
+from conftest import REFERENCES, make_workspace, requires_bwrap
 from playground_support import serve, workers_of
+from proc_support import descendants
 
 STUB_PATH = "01-attention/attention.py"
 
@@ -440,3 +441,38 @@ def test_a_failing_checks_progress_names_its_first_failing_test_before_the_resul
     told = [i for i, (kind, data) in enumerate(check.events) if kind == "progress" and data["first_failed"]]
     assert told and told[0] < len(kinds) - 1
     assert check.events[told[0]][1]["failed"] >= 1 and check.events[-1][1]["record"]["status"] == "fail"
+
+
+@requires_bwrap
+@pytest.mark.slow
+def test_opening_another_exercise_forks_from_the_same_zygote_and_closing_stops_it(tmp_path):
+    """The page's sessions share one launcher (src/lumen_ex/learner/prewarm.py SharedLauncher): a
+    check of another exercise forks its worker from the zygote that imported torch for the first,
+    and gets its own verdict; closing the service stops the zygote."""
+    import time
+
+    from lumen_ex.playground.checks import CheckService
+
+    ws = make_workspace(tmp_path)
+    (ws.root / "01-attention" / "attention.py").write_text(REFERENCES["attention"].read_text())
+    service = CheckService(ws, sandbox="bwrap", seed=3)
+    records, zygotes = {}, []
+    try:
+        for slug in ("attention", "kv-cache", "attention"):
+            check = service.start(slug)
+            deadline = time.monotonic() + 120
+            while not check.done:
+                assert time.monotonic() < deadline, check.events
+                time.sleep(0.05)
+            kind, data = check.events[-1]
+            assert kind == "result", check.events[-1]
+            records.setdefault(slug, []).append(data["record"]["status"])
+            zygote = service.shared.launcher.zygote
+            assert zygote is not None and zygote.alive()
+            zygotes.append(zygote.proc.pid)
+        assert records == {"attention": ["pass", "pass"], "kv-cache": ["fail"]}     # the reference, then the stub
+        assert len(set(zygotes)) == 1 and service.shared.launcher.forked >= 3
+    finally:
+        service.close()
+    assert not workers_of(os.getpid()) and not [p for p in descendants(os.getpid()).values()
+                                                 if p.running and p.shows("zygote.py")]

@@ -27,6 +27,7 @@ from lumen_ex.learner.check_server import IDLE_ENV, IDLE_S, REQUEST_BYTES, peer_
 
 if TYPE_CHECKING:   # imported where first needed at run time (it imports the harness)
     from lumen_ex.core.results import RunResult
+    from lumen_ex.learner.prewarm import SharedLauncher
     from lumen_ex.learner.watch_session import WatchSession
 
 
@@ -78,6 +79,7 @@ class CheckServer:
         self.key, self.workspace, self.sandbox, self.device = key, workspace, sandbox, device
         self.socket_path = folder / f"{key}.sock"
         self.session: WatchSession | None = None    # the session of the exercise checked last
+        self.shared: SharedLauncher | None = None   # its launcher, kept for the next exercise's session
         self.next_seed: int | None = None   # drawn in advance for the next check that names no seed
         self.note = ""                      # the sandbox note of the last check (a save is graded with it)
         self.early: Early | None = None     # the grading of the last save, if any
@@ -204,8 +206,12 @@ class CheckServer:
         ex = catalog.load().find(exercise)
         if self.session is None or self.session.ex.slug != ex.slug:
             self._close_session()            # one exercise at a time: one waiting worker at most
+            if self.shared is None:
+                from lumen_ex.learner.prewarm import SharedLauncher
+
+                self.shared = SharedLauncher(self.sandbox)
             self.session = WatchSession(ex.slug, workspace=self.workspace, sandbox=self.sandbox, device=self.device,
-                                        record=True, watch=False)
+                                        record=True, watch=False, shared=self.shared)
         return self.session
 
     def _check(self, exercise: str, seed, note: str) -> tuple[RunResult, str]:
@@ -318,6 +324,9 @@ class CheckServer:
 
     def close(self) -> None:
         self._close_session()             # (no early grading's thread is left to write to the pipe)
+        if self.shared is not None:
+            shared, self.shared = self.shared, None
+            shared.close()
         if self.listener is not None:
             self.listener.close()
             self.listener = None

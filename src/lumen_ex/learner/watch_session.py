@@ -45,7 +45,7 @@ from lumen_ex.core.options import check_device
 from lumen_ex.core.workspace import Workspace
 from lumen_ex.harness.check import CheckOptions, check_here, worker_spec
 from lumen_ex.learner.file_events import POLL_INTERVAL, Change, Inotify, Poller, file_digest
-from lumen_ex.learner.prewarm import GuardedLauncher, Prewarm, watch_launcher
+from lumen_ex.learner.prewarm import GuardedLauncher, Prewarm, SharedLauncher, watch_launcher
 from lumen_ex.sandbox.base import Launcher
 from lumen_ex.sandbox.processes import signals_deferred
 
@@ -61,13 +61,14 @@ class WatchSession:
 
     ``check_once()`` grades the file as it is now; ``wait_for_change()`` yields a :class:`Change`
     each time the file's content differs from what was last checked. ``close()`` (or leaving a
-    ``with`` block) kills the worker kept in advance, with its cgroup.
+    ``with`` block) kills the worker kept in advance, with its cgroup. ``shared``: a process that
+    opens one exercise after another keeps one launcher (its zygote) for all of their sessions.
     """
 
     def __init__(self, exercise: str | int, *, workspace: Path | None = None, sandbox: str = "auto",
                  seed: int | None = None, device: str = "auto", poll: bool = False,
                  poll_interval: float = POLL_INTERVAL, debounce: float = DEBOUNCE, record: bool = True,
-                 prepare: bool = True, watch: bool = True, plugins: tuple = ()):
+                 prepare: bool = True, watch: bool = True, plugins: tuple = (), shared: SharedLauncher | None = None):
         check_device(device)
         self.ex = catalog_mod.load().find(exercise)
         self.workspace = Workspace.find(workspace)
@@ -76,8 +77,10 @@ class WatchSession:
         self.wanted_device = device
         self.record = record
         self.debounce, self.poll_interval = debounce, poll_interval
-        launcher, self.warning = watch_launcher(sandbox)
-        self.launcher = GuardedLauncher(launcher)
+        # The launcher of the process's sessions, when it has several in turn (its sandbox is chosen
+        # already), else one of this session's own, stopped with it.
+        launcher, self.warning = (shared.launcher, shared.warning) if shared is not None else watch_launcher(sandbox)
+        self.launcher = GuardedLauncher(launcher, owned=shared is None)
         # The spec check_here() builds for this exercise, so that the worker made in advance is the
         # worker it would have launched itself; warm: it loads what a check would wait for before its hello.
         self.spec = worker_spec(self.ex, self.workspace.root, self.file, device, warm=True)

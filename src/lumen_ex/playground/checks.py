@@ -60,11 +60,13 @@ class CheckService:
     def __init__(self, workspace: Workspace, *, sandbox: str = "auto", seed: int | None = None,
                  device: str = "auto"):
         from lumen_ex.harness.progress import Progress
-        from lumen_ex.learner.prewarm import watch_launcher
+        from lumen_ex.learner.prewarm import SharedLauncher
 
         self.workspace = workspace
         self.sandbox, self.seed, self.device = sandbox, seed, device
-        launcher, self.warning = watch_launcher(sandbox)   # as watch mode chooses it
+        # as watch mode chooses it; one for every exercise the page opens (its zygote imports torch once)
+        self.shared = SharedLauncher(sandbox)
+        launcher, self.warning = self.shared.launcher, self.shared.warning
         self.sandbox_info = {"name": launcher.name, "isolated": launcher.isolated,
                              "note": join_notes(launcher.note(), self.warning)}
         self.progress = Progress()
@@ -132,6 +134,7 @@ class CheckService:
                 if kind == "check" and not item.done:
                     item.publish("failed", {"message": _message(exc)}, last=True)
         self._close_session()
+        self.shared.close()
 
     def _newer_warm_queued(self) -> bool:
         """Is another ``warm`` waiting behind this one? (Many pages opened at once, or a flood of
@@ -146,7 +149,8 @@ class CheckService:
             return self.session
         self._close_session()
         self.session = WatchSession(slug, workspace=self.workspace.root, sandbox=self.sandbox, seed=self.seed,
-                                    device=self.device, record=False, watch=False, plugins=(self.progress,))
+                                    device=self.device, record=False, watch=False, plugins=(self.progress,),
+                                    shared=self.shared)
         return self.session
 
     def _close_session(self) -> None:
