@@ -36,7 +36,7 @@ from lumen_ex.sandbox import docker, workspace_copy
 from lumen_ex.sandbox import zygote as zygotes
 from lumen_ex.sandbox.base import WorkerSpec
 from lumen_ex.sandbox.bwrap import BwrapLauncher
-from lumen_ex.sandbox.cgroups import Limits
+from lumen_ex.sandbox.cgroups import Cgroup, Limits
 
 pytestmark = pytest.mark.skipif(not zygotes.supported(), reason="no zygote on this machine")
 
@@ -470,6 +470,36 @@ def _graded_by_a_fresh_worker(launcher, ws: Path, **files: str) -> None:
 def test_a_workspace_too_large_to_copy_gets_a_fresh_worker(zygote, tmp_path, monkeypatch):
     monkeypatch.setattr(workspace_copy, "WORKSPACE_FILES", 1)
     _graded_by_a_fresh_worker(zygote, tmp_path / "big", **{"data.txt": "more than one file"})
+
+
+@pytest.mark.slow
+def test_a_worker_the_zygote_cannot_hold_is_a_fresh_one_with_its_own_limits(tmp_path, monkeypatch):
+    """Without a cgroup (a learner's laptop) a forked worker's memory limit is an rlimit, which it may
+    lower but not raise: a zygote started for one exercise cannot fork the worker of an exercise
+    allowed more memory (a pack's exercises may differ; a grading process, the check server and the
+    playground each keep one zygote for every exercise). That worker is a fresh one, held to its own
+    limit; one allowed less is still forked. (Under docker, a slot's container caps its workers too,
+    by the same rule, src/lumen_ex/sandbox/zygote.py ``ZygoteLauncher._covers``.)"""
+    if not BwrapLauncher.availability().ok:
+        pytest.skip(BwrapLauncher.availability().reason)
+    monkeypatch.setattr(Cgroup, "create", classmethod(lambda cls, limits: None))
+    ws = tmp_path / "ws"
+    (ws / "probe").mkdir(parents=True)
+    (ws / "probe" / "limits.py").write_text(
+        "import resource\ndef address_space():\n    return list(resource.getrlimit(resource.RLIMIT_AS))\n")
+    launcher = zygotes.ZygoteLauncher(BwrapLauncher())
+    try:
+        for mb, forked in ((2048, True), (4096, False), (1024, True)):
+            spec = WorkerSpec(workspace=ws, module_dir=ws / "probe", device="cpu", limits=Limits(memory_mb=mb))
+            pool = WorkerPool(launcher, spec, module="limits", functions=["address_space"])
+            try:
+                assert list(LearnerModule(pool, "cpu", "limits.py").address_space()) == [mb << 20, mb << 20]
+                assert isinstance(pool.worker.launched.proc, zygotes.ForkedProcess) is forked, mb
+            finally:
+                pool.close()
+        assert launcher.forked == 2
+    finally:
+        launcher.close()
 
 
 @pytest.mark.slow

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import IO, Any, cast
 
+from lumen_ex.core.limits import Limits
 from lumen_ex.sandbox.base import WORKER_ENV, Availability, Command, Launched, Launcher, WorkerPipes, WorkerSpec
 from lumen_ex.sandbox.bwrap import SANDBOX_UID, BwrapLauncher, module_path
 from lumen_ex.sandbox.cgroups import Enforcement
@@ -248,6 +249,7 @@ class ZygoteLauncher(Launcher):
         self.zygote: Zygote | None = None
         self.failures = 0           # zygotes that would not start or died: after two, none more
         self.forked = 0             # workers forked (for tests and benchmarks)
+        self.made_for: Limits | None = None     # the limits of the spec the zygote was started with
 
     @classmethod
     def availability(cls) -> Availability:
@@ -271,7 +273,17 @@ class ZygoteLauncher(Launcher):
             return self.inner.launch(spec)
 
     def _can_fork(self, spec: WorkerSpec) -> bool:
-        return spec.device == "cpu" and supported() and self.failures < 2
+        return spec.device == "cpu" and supported() and self.failures < 2 and self._covers(spec)
+
+    def _covers(self, spec: WorkerSpec) -> bool:
+        """Whether the zygote, made for the limits of the spec it was started with, can fork a worker
+        held to ``spec.limits``: a worker may lower the limits it inherits but not raise them (an
+        rlimit's hard value where there is no cgroup; a slot's container's memory, pids and /tmp).
+        A pack whose exercises differ in limits gets fresh workers for those the zygote cannot hold."""
+        made, wanted = self.made_for, spec.limits
+        return made is None or self.zygote is None or all(
+            getattr(wanted, name) <= getattr(made, name)
+            for name in ("memory_mb", "processes", "tmp_mb", "file_mb", "open_files"))
 
     def start(self, spec: WorkerSpec) -> bool:
         """Start the zygote now, without waiting for it, so that its torch import overlaps with
@@ -286,7 +298,7 @@ class ZygoteLauncher(Launcher):
 
     def _new_zygote(self, spec: WorkerSpec) -> None:
         try:
-            self.zygote = self.make_zygote(spec)
+            self.zygote, self.made_for = self.make_zygote(spec), spec.limits
         except OSError as exc:
             self.failures += 1
             raise ZygoteUnavailable(f"the zygote could not be started: {exc}") from None
