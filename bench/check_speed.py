@@ -5,8 +5,10 @@
 Target (issue 2): the cold check takes at most 1.5x the bare torch import, measured in the same run.
 Then the same command again and again with the background server on (src/lumen_ex/learner/check_server.py,
 in a private runtime folder, stopped at the end): what a learner who types `lumen-ex check 1` a second
-time waits, after a pause in which the server is idle (the learner reads). Every number is a median
-of --runs runs after one warm-up run (for the warm path, after the cold check that starts the server).
+time waits, after a pause in which the server is idle (the learner reads); then checks of --other and
+of the first exercise in turn, each one another exercise than the last (the server's next session,
+its workers forked from the zygote it keeps). Every number is a median of --runs runs after one
+warm-up run (for the warm path, after the cold check that starts the server).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ def main() -> None:
     parser.add_argument("--sandbox", default="auto")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--exercise", default="1")
+    parser.add_argument("--other", default="2", help="the exercise checked in turn with --exercise")
     args = parser.parse_args()
     ws = reference_workspace()
     torch_s = import_torch_seconds(args.runs)
@@ -60,11 +63,21 @@ def main() -> None:
             return timed(check, env=warm_env)
 
         warm_s = median_of(args.runs, again)
+        turns = [[*check[:2], exercise, *check[3:]] for exercise in (args.other, args.exercise)]
+
+        def switch() -> float:
+            wait_idle(server)
+            turns.reverse()
+            return timed(turns[-1], env=warm_env)
+
+        switch_s = median_of(args.runs, switch)
     finally:
         check_server.stop_all(runtime / "lumen-ex")
         shutil.rmtree(runtime, ignore_errors=True)
     print(f"the same check again (warm)     {warm_s:6.2f} s  (median of {args.runs}, the background server, --sandbox {host})")
     print(f"warm / cold                     {warm_s / check_s:6.2f} x")
+    print(f"another exercise (warm)         {switch_s:6.2f} s  (median of {args.runs}, checks of {args.other} and "
+          f"{args.exercise} in turn)")
 
 
 if __name__ == "__main__":
