@@ -503,6 +503,27 @@ def test_a_worker_the_zygote_cannot_hold_is_a_fresh_one_with_its_own_limits(tmp_
 
 
 @pytest.mark.slow
+def test_a_zygote_that_dies_now_and_then_is_replaced_each_time(tmp_path):
+    """The check server and the playground keep one zygote for hours: one that dies after it has
+    forked workers is replaced, however often that happens; two in a row that fail before any fork
+    are the end of forking (src/lumen_ex/sandbox/zygote.py ``ZygoteLauncher.failures``)."""
+    if not BwrapLauncher.availability().ok:
+        pytest.skip(BwrapLauncher.availability().reason)
+    launcher = zygotes.ZygoteLauncher(BwrapLauncher())
+    try:
+        for _ in range(3):
+            sub = student(tmp_path, launcher, uuid.uuid4().hex[:8])      # forked (student() checks it)
+            sub.pool.close()
+            launcher.zygote.proc.kill()
+            launcher.zygote.proc.wait(30)
+        sub = student(tmp_path, launcher, "last")
+        sub.pool.close()
+        assert launcher.forked == 4 and launcher.failures == 0
+    finally:
+        launcher.close()
+
+
+@pytest.mark.slow
 def test_verdicts_are_the_same_forked_or_fresh(zygote, tmp_path):
     """Correct, buggy and hostile files graded by forked workers and by fresh ones alike. The fresh
     side is a cold check: its first worker fresh, and under bwrap each replacement of a worker that

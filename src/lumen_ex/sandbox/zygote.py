@@ -247,7 +247,10 @@ class ZygoteLauncher(Launcher):
     def __init__(self, inner: Launcher) -> None:
         self.inner = inner
         self.zygote: Zygote | None = None
-        self.failures = 0           # zygotes that would not start or died: after two, none more
+        # zygotes that would not start or died since a worker was last forked: after two in a row, none
+        # more (a process that lives for hours, the check server or the playground, keeps forking after
+        # a zygote dies now and then)
+        self.failures = 0
         self.forked = 0             # workers forked (for tests and benchmarks)
         self.made_for: Limits | None = None     # the limits of the spec the zygote was started with
 
@@ -356,6 +359,7 @@ class ZygoteLauncher(Launcher):
             pipes.close()
             raise
         self.forked += 1
+        self.failures = 0
         launched = pipes.hand_over(ForkedProcess(pid, channel), enforcement, inside,
                                    {**enforcement.describe(), **self.scratch(spec)})
         launched.workspace_copy = CopyRecord.of(spec.workspace.resolve(), entries, data, spec.graded_file)
