@@ -115,16 +115,16 @@ def _fitted_panel(con: Console, test: TestResult, named: list[dict] | None, room
         return panel
     heatmap = test.diagnosis.details.get("heatmap") if test.diagnosis is not None else None
     rows = len(heatmap["expected"]) if isinstance(heatmap, dict) and isinstance(heatmap.get("expected"), list) else 0
-    whole = fitted = len(con.render_lines(panel))
+    kept = fitted = len(con.render_lines(panel))    # the panel kept's lines, and the last one tried's
     while fitted > room and rows > PICTURE_ROWS:
         rows = max(PICTURE_ROWS, rows - (fitted - room))     # a row is a line (its title may then wrap)
         shorter = _failure_panel(test, named, max_rows=rows)
         fitted = len(con.render_lines(shorter))
-        if fitted < whole:
-            panel = shorter
-    if fitted > room and rows:
+        if fitted < kept:
+            panel, kept = shorter, fitted
+    if kept > room and rows:
         tighter = _failure_panel(test, named, max_rows=rows, worst_line=False)
-        if len(con.render_lines(tighter)) < fitted:
+        if len(con.render_lines(tighter)) < kept:
             panel = tighter
     return panel
 
