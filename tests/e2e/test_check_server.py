@@ -33,7 +33,7 @@ import pytest
 from conftest import REFERENCES, pack_copy, requires_bwrap
 from docker_support import containers, needs_docker
 from helpers.cli import normalise, run, server_env, server_log
-from proc_support import descendants, running_with, still_running, wait_until
+from proc_support import running_with, still_running, wait_until
 
 from lumen_ex.core.workspace import Workspace
 from lumen_ex.learner import check_server
@@ -132,8 +132,9 @@ def _zygotes(ws: Path) -> list:
     """The zygotes of the server of ``ws`` (its command line names the workspace)."""
     servers = [p for p in running_with("lumen_ex.learner.warm_server") if p.shows(str(ws))]
     assert len(servers) == 1, servers
-    return sorted((p for p in descendants(servers[0].pid).values() if p.running and p.shows("zygote.py")),
-                  key=lambda p: p.pid)[:1]     # the outermost: bwrap's, or the shell that stages its binds
+    # the server's own child (bwrap, or the shell that stages its binds), not the python inside it
+    # nor the workers it forks, whose command lines name zygote.py too
+    return [p for p in running_with("zygote.py") if p.ppid == servers[0].pid]
 
 
 @requires_bwrap
