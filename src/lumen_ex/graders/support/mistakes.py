@@ -39,6 +39,12 @@ class Variant:
     sentence: str        # what the learner's output equals, e.g. "your output equals attention without ..."
     value: torch.Tensor
     fix: str = ""        # what to do about it, e.g. "divide the scores by math.sqrt(d_k)"
+    # How far this wrong answer, computed in the learner's dtype, may lie from its float64 value by
+    # rounding alone, element by element (a tensor that broadcasts to ``value``, or one number): added
+    # to the comparison's tolerance when matching it. 0 for the well-conditioned answers the dtype's
+    # tolerance already covers; exercise 11's attention over raw int8 codes (scores in the hundreds)
+    # is the case that needs it (docs/tolerances.md, "Ill-conditioned wrong answers").
+    slack: torch.Tensor | float = 0.0
 
     def explained(self) -> str:
         """The sentence and the fix, as one line."""
@@ -134,14 +140,14 @@ def remembered_candidates(expected64: torch.Tensor, variants: Callable[[], list[
 
 def candidates(expected: torch.Tensor, variants: list[Variant], tol: Tolerance) -> list[Variant]:
     """The variants that give a different answer from the reference on this input."""
-    return [v for v in variants if separation(v.value, expected, tol) > SAME_AS_REFERENCE]
+    return [v for v in variants if separation(v.value, expected, tol, v.slack) > SAME_AS_REFERENCE]
 
 
 def match_variant(got64: torch.Tensor, candidates: list[Variant], tol: Tolerance) -> tuple[Variant, float] | None:
-    """The first known mistake whose output equals the learner's within ``tol`` (NaN and inf must sit
-    at the same places), with the largest deviation between the two."""
+    """The first known mistake whose output equals the learner's within ``tol`` plus the variant's own
+    ``slack`` (NaN and inf must sit at the same places), with the largest deviation between the two."""
     for cand in candidates:
-        if separation(got64, cand.value, tol) <= 1.0:
+        if separation(got64, cand.value, tol, cand.slack) <= 1.0:
             value = cand.value.to(torch.float64)
             finite = torch.isfinite(value)
             err = float((got64 - value)[finite].abs().max()) if bool(finite.any()) else 0.0

@@ -156,10 +156,10 @@ def _tensor_key(t: torch.Tensor) -> Hashable:
 
 def tensor_bytes(value: Any) -> int:
     """The bytes of tensor data in a result (a tensor, or a list or tuple of them, or of objects
-    with a ``value`` tensor such as mistakes.Variant)."""
+    with a ``value`` tensor, and perhaps a ``slack`` one, such as mistakes.Variant)."""
     if isinstance(value, torch.Tensor):
         return value.numel() * value.element_size()
     if isinstance(value, (list, tuple)):
         return sum(tensor_bytes(v) for v in value)
-    inner = getattr(value, "value", None)
-    return tensor_bytes(inner) if isinstance(inner, torch.Tensor) else 0
+    return sum(tensor_bytes(inner) for inner in (getattr(value, "value", None), getattr(value, "slack", None))
+               if isinstance(inner, torch.Tensor))

@@ -76,10 +76,12 @@ def match_tolerance(dtype: torch.dtype, tol: Tolerance) -> Tolerance:
     return MATCH_TOLERANCE_FLOAT64 if dtype == torch.float64 else tol
 
 
-def separation(a: torch.Tensor, b: torch.Tensor, tol: Tolerance) -> float:
-    """How far ``a`` is from ``b`` in tolerances: the largest |a - b| / (atol + rtol |b|). Infinite when
-    the shapes differ or the NaN/inf entries do not sit at the same places with the same values (two
-    NaN are equal here: the same wrong answer gives NaN at the same places)."""
+def separation(a: torch.Tensor, b: torch.Tensor, tol: Tolerance, slack: torch.Tensor | float = 0.0) -> float:
+    """How far ``a`` is from ``b`` in tolerances: the largest |a - b| / (atol + rtol |b| + slack). Infinite
+    when the shapes differ or the NaN/inf entries do not sit at the same places with the same values
+    (two NaN are equal here: the same wrong answer gives NaN at the same places). ``slack``: an
+    absolute allowance per element (broadcast to ``b``), a known mistake's own rounding
+    (graders/support/mistakes.py Variant.slack)."""
     if tuple(a.shape) != tuple(b.shape):
         return math.inf
     a, b = a.detach().to("cpu", torch.float64), b.detach().to("cpu", torch.float64)
@@ -94,6 +96,9 @@ def separation(a: torch.Tensor, b: torch.Tensor, tol: Tolerance) -> float:
         return 0.0
     diff = (a - b)[fa].abs()
     allowed = tol.atol + tol.rtol * b[fa].abs()
+    if not (isinstance(slack, float) and slack == 0.0):
+        extra = torch.as_tensor(slack, dtype=torch.float64).to("cpu").expand_as(b)   # (*b.shape)
+        allowed = allowed + extra[fa]
     ratio = torch.where(allowed > 0, diff / allowed.clamp_min(1e-300), torch.where(diff > 0, math.inf, 0.0))
     return float(ratio.max())
 

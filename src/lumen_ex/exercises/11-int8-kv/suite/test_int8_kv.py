@@ -254,8 +254,8 @@ def check_decode(submission, case, *, dtype=torch.float32, device="cpu", args=No
     staged([(Expected(out, exp_shape, "out_t", OUT_AXES), dtype), *items], sizes=sizes, device=device,
            raw={"k_q": args[5], "v_q": args[6]}, values=("k_scale", "k_q", "v_scale", "v_q"))
     ref_out = mistakes.attend(q64, *own())                                          # (B, H, d), float64
-    expect.tensors([Expected(out, ref_out, "out_t", OUT_AXES, lambda: mistakes.out_variants(q64, *own(), new=(k_t, v_t)))],
-                   sizes=sizes, dtype=dtype, device=device)
+    variants = lambda: mistakes.out_variants(q64, *own(), new=(k_t, v_t), dtype=dtype)   # noqa: E731
+    expect.tensors([Expected(out, ref_out, "out_t", OUT_AXES, variants)], sizes=sizes, dtype=dtype, device=device)
     return result, got
 
 
