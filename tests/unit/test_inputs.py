@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lumen_ex.graders.support.inputs import generator, random_mask
+from lumen_ex.graders.support.inputs import generator, large_scores_case, random_mask
 
 SHAPES = [(2, 3, 5, 7), (1, 1, 3, 9), (2, 4, 6, 6), (3, 2, 1, 5), (2, 2, 7, 3), (2, 3, 4, 9)]
 
@@ -61,3 +61,26 @@ def test_random_mask_is_the_row_by_row_mask_bit_for_bit(shape):
     do and do not cover every key."""
     for seed in range(60):
         assert torch.equal(random_mask(generator(seed), *shape), _random_mask_row_by_row(generator(seed), *shape)), seed
+
+
+def _attention(q, k, v, mask, *, fill=None, ignore=False):
+    """Attention in float64: the mask applied with -inf (or ``fill``), or ignored."""
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5                    # (B, H, L_q, L_k)
+    if not ignore:
+        scores = scores.masked_fill(~mask, float("-inf") if fill is None else fill)
+    return torch.softmax(scores, dim=-1) @ v                                  # (B, H, L_q, d_v)
+
+
+def test_large_scores_case_hides_a_key_above_the_top_and_keeps_the_mask_rules():
+    """Exercise 1's test_large_scores: an ignored mask is seen at every seed, a fill of -100 never is
+    (docs/tolerances.md, "Properties that hold by construction"); before, a hidden key that happened
+    to score near the top decided it (`mask_ignored.py` failed the test at seed 4, passed at seed 6)."""
+    for seed in range(60):
+        case = large_scores_case(seed, scale=8.0)
+        q, k, v, m = (t.to(torch.float64) for t in (case.q, case.k, case.v, case.mask))
+        m = case.mask
+        assert bool(m.any(-1).all()) and bool((~m).any(-1).all()) and bool(m.any(-2).all()), seed
+        assert bool(m.any(-3).all()), seed
+        want = _attention(q, k, v, m)
+        assert float((_attention(q, k, v, m, ignore=True) - want)[0, 0, 0].abs().max()) > 0.1, seed
+        assert float((_attention(q, k, v, m, fill=-100.0) - want).abs().max()) < 1e-12, seed

@@ -38,6 +38,11 @@ def randn(gen: torch.Generator, *shape: int) -> torch.Tensor:
     return torch.randn(*shape, generator=gen, dtype=torch.float64)
 
 
+def _forced_hidden(n: int, i: int, L_k: int) -> int:
+    """The key random_mask always hides from row i of its n-th (L_q, L_k) slice."""
+    return (i + n + 1 + (L_k - 1) // 2) % L_k
+
+
 def random_mask(gen: torch.Generator, *shape: int, p: float = 0.6) -> torch.Tensor:
     """Bool (..., L_q, L_k), at random, with one allowed and one hidden key forced in every row.
 
@@ -52,7 +57,7 @@ def random_mask(gen: torch.Generator, *shape: int, p: float = 0.6) -> torch.Tens
         mask = inputs.random_mask(inputs.generator(seed), 2, 3, 5, 7)     # bool (B, H, L_q, L_k)"""
     mask = torch.rand(*shape, generator=gen, dtype=torch.float64) < p
     L_q, L_k = shape[-2], shape[-1]
-    hide_at = 1 + (L_k - 1) // 2           # never 0 mod L_k (L_k >= 2): the two forced keys differ
+    hide_at = _forced_hidden(0, 0, L_k)     # never 0 mod L_k (L_k >= 2): the two forced keys differ
 
     def first_not_hiding(start: torch.Tensor, i: torch.Tensor | int, j: torch.Tensor, count: int) -> tuple[torch.Tensor, ...]:
         """Of ``count`` consecutive rows (or slices) from ``start``, the first of which forces key
@@ -211,23 +216,34 @@ def large_scores_case(seed: int, *, scale: float, top: float = 120.0, **sizes: i
             k[n, (i + n) % L_k] = aligned_key(q[n, i], top)   # (d_k,): q_i . k / sqrt(d_k) = top
     assert case.mask is not None                              # mask="full" draws one
     mask = case.mask.clone()
-    _plant_near_tie(q, k, mask.reshape(-1, L_q, L_k), top)
+    _plant_near_tie(q, k, mask.reshape(-1, L_q, L_k), top, heads=mask.shape[-3] if mask.dim() >= 3 else 1)
     return AttentionCase(case.q, k.reshape(case.k.shape), case.v, mask, case.sizes, case.batch_axes)
 
 
-def _plant_near_tie(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, top: float) -> None:
+def _plant_near_tie(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, top: float, *, heads: int) -> None:
     """In row 0 of batch-head 0, two allowed keys 2 apart and at least 20 above every other allowed
     score: its weights are then 0.88 and 0.12 (not one-hot), so a wrong scale moves them by ~0.1,
-    a hundred times LARGE_TOL, at every seed. Key L_k - 1 is planted for no query (L_q < L_k)."""
+    a hundred times LARGE_TOL, at every seed. And a hidden key 10 above them: a mask that is ignored
+    (added as numbers, or applied after the softmax) moves the row's weight onto it at every seed,
+    while a fill of -100 or below still hides it. Keys L_k - 2 and L_k - 1 are planted for no query
+    (L_q <= L_k - 2). ``mask``: (N, L_q, L_k), its first ``heads`` slices the heads of batch item 0."""
     L_k = k.shape[1]
-    assert q.shape[1] < L_k, "the near tie needs a key no query is planted on"
-    second = L_k - 1
-    mask[0, 0, second] = True                                   # a second allowed key (hidden: key L_k // 2)
+    assert q.shape[1] <= L_k - 2, "the near tie and the hidden key need two keys no query is planted on"
+    second, hidden = L_k - 1, L_k - 2
+    mask[0, 0, second] = True                                   # a second allowed key
+    mask[0, 0, hidden] = False
+    # random_mask's rules: some query sees every key, and some head sees it in every row; the entry
+    # opened for that is never the one random_mask keeps hidden in its row (_forced_hidden)
+    if not bool(mask[0, 1:, hidden].any()):
+        mask[0, next(i for i in range(1, q.shape[1]) if _forced_hidden(0, i, L_k) != hidden), hidden] = True
+    if heads > 1 and not bool(mask[1:heads, 0, hidden].any()):
+        mask[next(h for h in range(1, heads) if _forced_hidden(h, 0, L_k) != hidden), 0, hidden] = True
     others = [j for j in range(1, L_k - 1) if bool(mask[0, 0, j])]
     scores = (k[0, others] @ q[0, 0]) / q.shape[-1] ** 0.5      # (len(others),)
     best = max([top - 20.0, *(float(x) for x in scores)]) + 20.0
     k[0, 0] = aligned_key(q[0, 0], best)                        # (d_k,)
     k[0, second] = aligned_key(q[0, 0], best - 2.0)
+    k[0, hidden] = aligned_key(q[0, 0], best + 10.0)
 
 
 @dataclass

@@ -319,8 +319,9 @@ def test_causal_attention_no_future_leakage(submission, seed, device):
 @pytest.mark.group("values")
 def test_large_scores(submission, seed, device):
     """large scores (about 100) do not overflow the softmax"""
-    # Every row's largest allowed score is planted at 120 (inputs.large_scores_case): the verdict of
-    # an overflowing exp or of a "small enough" fill value cannot depend on the seed.
+    # Every row's largest allowed score is planted at 120, and a hidden key above it in row 0
+    # (inputs.large_scores_case): the verdict of an overflowing exp, of a "small enough" fill value or
+    # of an ignored mask cannot depend on the seed.
     case = inputs.large_scores_case(seed, scale=LARGE_SCALE).rounded(torch.float32)
     # Scores this large saturate the softmax: every mistake but the overflow gives nearly the same
     # one-hot weights here, so only the overflow is named (the other tests name the rest).
