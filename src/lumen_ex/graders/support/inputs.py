@@ -220,12 +220,16 @@ def large_scores_case(seed: int, *, scale: float, top: float = 120.0, **sizes: i
     return AttentionCase(case.q, k.reshape(case.k.shape), case.v, mask, case.sizes, case.batch_axes)
 
 
+HIDDEN_ABOVE = 120.0      # large_scores_case: how far row 0's hidden key scores above its allowed ones
+
+
 def _plant_near_tie(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, top: float, *, heads: int) -> None:
     """In row 0 of batch-head 0, two allowed keys 2 apart and at least 20 above every other allowed
     score: its weights are then 0.88 and 0.12 (not one-hot), so a wrong scale moves them by ~0.1,
-    a hundred times LARGE_TOL, at every seed. And a hidden key 10 above them: a mask that is ignored
-    (added as numbers, or applied after the softmax) moves the row's weight onto it at every seed,
-    while a fill of -100 or below still hides it. Keys L_k - 2 and L_k - 1 are planted for no query
+    a hundred times LARGE_TOL, at every seed. And a hidden key HIDDEN_ABOVE (120) above them, where
+    float32 underflows every allowed weight beside it (exp(-104) < 2^-149): a mask that is ignored
+    (added as numbers, added as -100, or applied after the softmax, renormalised or not) fails at
+    every seed, while a fill of -100 or below still hides it. Keys L_k - 2 and L_k - 1 are planted for no query
     (L_q <= L_k - 2). ``mask``: (N, L_q, L_k), its first ``heads`` slices the heads of batch item 0."""
     L_k = k.shape[1]
     assert q.shape[1] <= L_k - 2, "the near tie and the hidden key need two keys no query is planted on"
@@ -243,7 +247,7 @@ def _plant_near_tie(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, top: f
     best = max([top - 20.0, *(float(x) for x in scores)]) + 20.0
     k[0, 0] = aligned_key(q[0, 0], best)                        # (d_k,)
     k[0, second] = aligned_key(q[0, 0], best - 2.0)
-    k[0, hidden] = aligned_key(q[0, 0], best + 10.0)
+    k[0, hidden] = aligned_key(q[0, 0], best + HIDDEN_ABOVE)
 
 
 @dataclass
