@@ -28,6 +28,7 @@ from lumen_ex.graders.support.tolerances import TOLERANCES, match_tolerance
 ROOT = catalog.load(environ={}).find(11).root
 mistakes = exercise_modules.load(ROOT, "mistakes")
 cases = exercise_modules.load(ROOT / "suite", "cases")
+reference = exercise_modules.load(ROOT, "reference")
 SEEDS = range(1, 17)
 MISTAKE = "dequant-without-scale"
 # (name, decode_case options, dtype): the value tests' inputs (float32, GQA and MQA) and test_dtype's
@@ -47,8 +48,7 @@ def _file(path: Path):
 
 def _raw_codes_einsum(q_t, k_q, k_scale, v_q, v_scale, k_t, v_t):
     """The same mistake written otherwise: the query scaled first, heads expanded by a view, einsum."""
-    quantize = _file(ROOT / "reference.py").__globals__["quantize_kv"]
-    (kq, ks), (vq, vs) = quantize(k_t), quantize(v_t)
+    (kq, ks), (vq, vs) = reference.quantize_kv(k_t), reference.quantize_kv(v_t)
     k_q, k_scale = torch.cat([k_q, kq[:, :, None]], 2), torch.cat([k_scale, ks[:, :, None]], 2)
     v_q, v_scale = torch.cat([v_q, vq[:, :, None]], 2), torch.cat([v_scale, vs[:, :, None]], 2)
     B, H, d = q_t.shape

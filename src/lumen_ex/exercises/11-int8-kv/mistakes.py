@@ -107,9 +107,22 @@ def cache_variants(old, x_new, got=None, *, which: str = "codes", what: str = "y
     return found
 
 
-def attend(q_t, k_q, k_scale, v_q, v_scale, *, k_scaled=True, v_scaled=True, quantize_query=False,
-           expand="interleave", new_raw=None):
-    """out_t (B, H, d) in float64 from the grown caches (codes and scales as given), one knob turned.
+def attend(q_t, k_q, k_scale, v_q, v_scale, **knobs):
+    """out_t (B, H, d) in float64 from the grown caches (codes and scales as given), one knob turned
+    (:func:`operands`)."""
+    return attention(*operands(q_t, k_q, k_scale, v_q, v_scale, **knobs))
+
+
+def attention(q, k, v):
+    """softmax(q k^T / sqrt(d)) v for one query per head: q (B, H, d), k and v (B, H, T + 1, d)."""
+    scores = (q[:, :, None, :] @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])      # (B, H, 1, T + 1)
+    return (torch.softmax(scores, dim=-1) @ v)[:, :, 0, :]                           # (B, H, d)
+
+
+def operands(q_t, k_q, k_scale, v_q, v_scale, *, k_scaled=True, v_scaled=True, quantize_query=False,
+             expand="interleave", new_raw=None):
+    """What out_t attends with, in float64, one knob turned: q (B, H, d), and k and v (B, H, T + 1, d)
+    dequantized (or not) from the grown caches, KV heads expanded to the query heads.
     new_raw: (k_t, v_t), attended in place of the new token's dequantized entries."""
     q = q_t.to(torch.float64)
     if quantize_query:
@@ -125,8 +138,7 @@ def attend(q_t, k_q, k_scale, v_q, v_scale, *, k_scaled=True, v_scaled=True, qua
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)   # (B, H, T + 1, d)
     else:
         k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
-    scores = (q[:, :, None, :] @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])      # (B, H, 1, T + 1)
-    return (torch.softmax(scores, dim=-1) @ v)[:, :, 0, :]                           # (B, H, d)
+    return q, k, v
 
 
 OUT_CANDIDATES = [
@@ -150,8 +162,8 @@ OUT_CANDIDATES = [
 
 
 def rounding_slack(q_t, k, v, dtype: torch.dtype) -> torch.Tensor:
-    """How far attention of ``q_t`` over ``k`` and ``v`` (float64, KV heads already expanded: (B, H,
-    T + 1, d)), computed in ``dtype``, can lie from its float64 value: (B, H, d).
+    """How far attention of ``q_t`` over ``k`` and ``v`` (float64, as :func:`operands` gives them),
+    computed in ``dtype``, can lie from its float64 value: (B, H, d).
 
     First-order bound, with u the dtype's unit roundoff: each score q . k_j / sqrt(d) is off by at most
     (d + 2) u max_j(|q| . |k_j|) / sqrt(d) =: e; a softmax whose scores move by at most e moves its
@@ -185,14 +197,9 @@ def out_variants(q_t, k_q, k_scale, v_q, v_scale, new=None, *, dtype: torch.dtyp
         if (ident == "gqa-repeat" and not 1 < H_kv < H) or (ident == "new-token-attended-raw" and new is None):
             continue
         knobs = dict(knobs, new_raw=new) if "new_raw" in knobs else knobs
-        slack: torch.Tensor | float = 0.0
-        if not knobs.get("k_scaled", True) or not knobs.get("v_scaled", True):
-            group = H // H_kv
-            k = k_q.to(torch.float64) * (k_scale.to(torch.float64) if knobs.get("k_scaled", True) else 1.0)
-            v = v_q.to(torch.float64) * (v_scale.to(torch.float64) if knobs.get("v_scaled", True) else 1.0)
-            slack = rounding_slack(q_t.to(torch.float64), k.repeat_interleave(group, dim=1),
-                                   v.repeat_interleave(group, dim=1), dtype)
-        found.append(Variant(ident, sentence, attend(q_t, k_q, k_scale, v_q, v_scale, **knobs), fix, slack))
+        q, k, v = operands(q_t, k_q, k_scale, v_q, v_scale, **knobs)
+        raw_codes = knobs.get("k_scaled") is False or knobs.get("v_scaled") is False
+        found.append(Variant(ident, sentence, attention(q, k, v), fix, rounding_slack(q, k, v, dtype) if raw_codes else 0.0))
     return found
 
 

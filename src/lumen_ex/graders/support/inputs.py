@@ -229,8 +229,9 @@ def _plant_near_tie(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, top: f
     a hundred times LARGE_TOL, at every seed. And a hidden key HIDDEN_ABOVE (120) above them, where
     float32 underflows every allowed weight beside it (exp(-104) < 2^-149): a mask that is ignored
     (added as numbers, added as -100, or applied after the softmax, renormalised or not) fails at
-    every seed, while a fill of -100 or below still hides it. Keys L_k - 2 and L_k - 1 are planted for no query
-    (L_q <= L_k - 2). ``mask``: (N, L_q, L_k), its first ``heads`` slices the heads of batch item 0."""
+    every seed, while a fill of -100 or below still hides it. Keys L_k - 2 and L_k - 1 are planted
+    for no query (L_q <= L_k - 2). ``mask``: (N, L_q, L_k), its first ``heads`` slices the heads of
+    batch item 0."""
     L_k = k.shape[1]
     assert q.shape[1] <= L_k - 2, "the near tie and the hidden key need two keys no query is planted on"
     second, hidden = L_k - 1, L_k - 2
