@@ -112,6 +112,17 @@ PROBES = textwrap.dedent('''
         while True:
             pass
 
+    def scratch_writes():
+        import tempfile
+        folder = tempfile.mkdtemp(prefix="probe-")
+        with open(os.path.join(folder, "kept.txt"), "w") as f:
+            f.write("left by the learner")
+        home = os.path.join(os.path.expanduser("~"), "probe-home.txt")
+        with open(home, "w") as f:
+            f.write("left by the learner")
+        return json.dumps({"cwd": os.getcwd(), "home": os.environ.get("HOME"), "tmpdir": os.environ.get("TMPDIR"),
+                           "written": [folder, home]})
+
     def write_big(path, mb):
         try:
             with open(path, "wb") as f:
@@ -131,7 +142,7 @@ def pool_for(tmp_path: Path, launcher, limits: Limits = Limits(), call_timeout: 
     (ws / "probe" / "other.txt").write_text("learner file")
     spec = WorkerSpec(workspace=ws, module_dir=ws / "probe", device="cpu", limits=limits, warm=warm)
     names = ["facts", "try_connect", "try_resolve", "try_write", "try_read", "listdir", "fork_bomb",
-             "daemon", "eat_memory", "spin", "write_big"]
+             "daemon", "eat_memory", "spin", "write_big", "scratch_writes"]
     pool = WorkerPool(launcher, spec, module="probe_mod", functions=names, call_timeout=call_timeout)
     sub = LearnerModule(pool, "cpu", "probe_mod.py")
     sub.pool = pool
@@ -365,6 +376,23 @@ def test_file_size_limit(any_sandbox):
     result = any_sandbox.write_big("/tmp/big.bin" if any_sandbox.pool.launcher.isolated else "big.bin", 40)
     assert not result.startswith("wrote"), result
     assert "too large" in result or "No space" in result
+
+
+@pytest.mark.slow
+def test_the_unisolated_workers_temporary_files_and_home_go_with_it(tmp_path):
+    """The unisolated mode hides nothing, but what a worker writes with ``tempfile`` or under ``~``
+    (a learner's scratch files, Triton's cache in exercise 14) lands in its throwaway folder and is
+    removed with the worker, not left in the host's /tmp (src/lumen_ex/sandbox/unisolated.py)."""
+    sub = pool_for(tmp_path, UnisolatedLauncher())
+    try:
+        seen = json.loads(sub.scratch_writes())
+    finally:
+        sub.pool.close()
+    scratch = seen["cwd"]
+    # named for this process (the harness), so that a sweep after a SIGKILL finds it (test_leftovers.py)
+    assert seen["home"] == seen["tmpdir"] == scratch and Path(scratch).name.startswith(f"lumen-ex-worker-{os.getpid()}-")
+    assert all(Path(path).is_relative_to(scratch) for path in seen["written"]), seen
+    assert not Path(scratch).exists() and not any(Path(path).exists() for path in seen["written"]), seen
 
 
 @pytest.mark.slow

@@ -83,6 +83,7 @@ class Command:
     module_path: str                 # the learner's module folder as the worker sees it
     cwd: str = "/"
     cleanup: Callable[[], None] | None = None
+    env: dict[str, str] = field(default_factory=dict)   # over WORKER_ENV, for this worker only
 
 
 @dataclass
@@ -254,7 +255,7 @@ class Launcher(Backend):
                 pass_fds=(pipes.req_r, pipes.rep_w),
                 close_fds=True,
                 start_new_session=True,
-                env=dict(WORKER_ENV),
+                env={**WORKER_ENV, **cmd.env},
                 cwd=cmd.cwd,
                 preexec_fn=enforcement.preexec,
             )

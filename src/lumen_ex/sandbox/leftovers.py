@@ -9,10 +9,14 @@ machine's out-of-memory killer) cannot clean up after itself. Of its sandboxes i
 - empty worker cgroups ``lumen-ex-<pid>-<n>`` (src/lumen_ex/sandbox/cgroups.py);
 - the folders ``lumen-ex-slot-<pid>-*`` of docker slots under the temporary folder
   (src/lumen_ex/sandbox/docker_slot.py: a seccomp profile and the folder of a control socket, never a
-  learner's file). The slot's container ends by itself when the process that kept it is gone.
+  learner's file). The slot's container ends by itself when the process that kept it is gone;
+- the throwaway folders ``lumen-ex-worker-<pid>-*`` of the unisolated mode's workers under the
+  temporary folder (src/lumen_ex/sandbox/unisolated.py: the worker's working folder, HOME and TMPDIR,
+  holding whatever the learner's code wrote there).
 
 Each name carries the pid of the process that made it, and :func:`sweep` removes only those whose
-process is gone (and, for a stage, only when it holds nothing but empty folders and files). It is
+process is gone (and, for a stage, only when it holds nothing but empty folders and files; a folder
+that is a symbolic link is never followed or removed). It is
 called when a grading run (src/lumen_ex/classroom/leftovers.py) or a check server
 (src/lumen_ex/learner/check_server.py) starts; it never raises.
 """
@@ -28,6 +32,7 @@ from pathlib import Path
 
 from lumen_ex.sandbox import cgroups as limits
 from lumen_ex.sandbox import docker_slot
+from lumen_ex.sandbox.unisolated import WORKER_PREFIX
 
 STAGE_PREFIX = "lumen-ex-stage-"
 SLOT_PREFIX = docker_slot.SCRATCH_PREFIX
@@ -59,17 +64,17 @@ def _only_empty_entries(folder: Path) -> bool:
 
 
 def sweep_stages(tmp: Path | None = None) -> list[Path]:
-    """Remove bwrap stages (when empty) and docker slots' folders under the temporary folder whose
-    launcher is gone."""
+    """Remove bwrap stages (when empty), docker slots' folders and unisolated workers' throwaway
+    folders under the temporary folder whose launcher is gone."""
     removed: list[Path] = []
     root = Path(tmp or tempfile.gettempdir())
     try:
-        candidates = [(p, prefix) for prefix in (STAGE_PREFIX, SLOT_PREFIX) for p in root.glob(f"{prefix}*")
+        candidates = [(p, prefix) for prefix in (STAGE_PREFIX, SLOT_PREFIX, WORKER_PREFIX) for p in root.glob(f"{prefix}*")
                       if p.is_dir() and not p.is_symlink()]
     except OSError:
         return removed
     for folder, prefix in candidates:
-        if owner_gone(folder.name, prefix) and (prefix == SLOT_PREFIX or _only_empty_entries(folder)):
+        if owner_gone(folder.name, prefix) and (prefix != STAGE_PREFIX or _only_empty_entries(folder)):
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed
