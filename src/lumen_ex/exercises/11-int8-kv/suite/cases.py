@@ -68,9 +68,13 @@ def checked(x: torch.Tensor) -> torch.Tensor:
 
 
 def quant_input(seed: int, *, zero_rows=(), amax=KV_AMAX, **sizes: int) -> torch.Tensor:
-    """x (B, H_kv, T, d) for quantize_kv, float64, with the rows ``zero_rows`` all zeros."""
+    """x (B, H_kv, T, d) for quantize_kv, float64, with the rows ``zero_rows`` all zeros. The first row's
+    absmax element is negative at every seed (a code clamped to -128 instead of -127 shows there)."""
     s = {**SIZES, **sizes}
     x = safe_rows(inputs.generator(seed), s["B"], s["H_kv"], s["T"], s["d"], amax=amax)
+    first = x[0, 0, 0]                                                                    # (d,)
+    if float(first[first.abs().argmax()]) > 0:
+        x[0, 0, 0] = -first          # negated, its codes keep their distance from every half-integer
     for b, h, t in zero_rows:
         x[b, h, t] = 0.0
     return checked(x)

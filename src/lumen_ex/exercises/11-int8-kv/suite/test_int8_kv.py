@@ -8,7 +8,8 @@ device, then the values: the scales before the codes (a wrong scale explains wro
 caches before out_t. The docstring's first line is what the learner sees as the test's name.
 
 Codes are compared exactly for float32 and float64 inputs, and within one code for float16 and
-bfloat16 (whose division rounds); scales within the dtype's relative tolerance. out_t is compared
+bfloat16 (whose division rounds), never -128 (the contract clamps to [-127, 127]); scales within the
+dtype's relative tolerance. out_t is compared
 with attention computed in float64 from the learner's OWN returned caches (codes times scales), so
 a quantization mistake is charged once, to the caches.
 
@@ -186,7 +187,7 @@ def quantize(submission, x: torch.Tensor, *, dtype=torch.float32, device="cpu", 
 
 
 def check_quantize(submission, x: torch.Tensor, *, dtype=torch.float32, device="cpu", zero_rows=()):
-    """quantize_kv(x): shapes, dtypes, then the zero rows' scales, the scales and the codes."""
+    """quantize_kv(x): shapes, dtypes, then the zero rows' scales, the scales, the codes' range and the codes."""
     x = x.to(dtype).to(torch.float64)                            # what the learner gets, exactly
     exp_codes, exp_scale = cases.quantize64(x)
     result, (x_q, scale), sent = quantize(submission, x, dtype=dtype, device=device, echo_args=True)
@@ -209,8 +210,33 @@ def check_quantize(submission, x: torch.Tensor, *, dtype=torch.float32, device="
                        details={"zero_rows": [list(r) for r in zero_rows]},
                        hint=f"For a row of zeros {made}: give such a row scale 1 (its codes are then 0), "
                             "torch.where(amax == 0, torch.ones_like(amax), amax / 127).")
+    staged(items, sizes=sizes, device=device, values=("scale",))
+    check_code_range(x_q, "x_q", X_AXES, scale, x)        # after the scales (the cause), before the codes' values
     staged(items, sizes=sizes, device=device)
     return result
+
+
+def check_code_range(codes, what: str, axes, scale, x) -> None:
+    """Codes may differ from the reference's by one in float16 and bfloat16, but never leave [-127, 127],
+    where the contract's clamp keeps them: -128, the one int8 value below, is never a right code.
+    ``x``: the float64 rows quantized, (..., d) like ``codes``, or (B, H_kv, d) for a grown cache's last
+    token (the older tokens are the caller's); it names scale = amax / 128 when the row's scale is it."""
+    low = codes.detach().to("cpu", torch.int16) < -127                                    # (..., d)
+    if not bool(low.any()):
+        return
+    at = [int(i) for i in low.nonzero()[0]]
+    where = ", ".join(f"{axis}={i}" for axis, i in zip(axes, at))
+    row = x[tuple(at[:-1])] if x.dim() == codes.dim() else x[tuple(at[:2])] if at[2] == codes.shape[2] - 1 else None
+    named = {}
+    if row is not None:
+        amax, got = float(row.abs().max()), float(scale.detach().to("cpu", torch.float64)[(*at[:-1], 0)])
+        if abs(got - amax / 128) < abs(got - amax / 127):
+            fix = next(c[2] for c in mistakes.QUANT_CANDIDATES if c[0] == "divide-by-128")
+            named = {"misconception": "divide-by-128", "hint": f"This row's scale is amax / 128: {fix}."}
+    raise fail("values", f"{what}[{where}] is -128 ({int(low.sum())} of {low.numel()} codes are): the codes of a "
+                         "symmetric quantization run from -127 to 127", expected="-127 to 127", got=-128,
+               details={"index": at, "mismatched": int(low.sum()), "total": low.numel()},
+               **({"hint": "Clamp to [-127, 127] before the cast: torch.round(x / scale).clamp(-127, 127)."} | named))
 
 
 # -------------------------------------------------------------------------------------------------
@@ -253,6 +279,8 @@ def check_decode(submission, case, *, dtype=torch.float32, device="cpu", args=No
     # every stage of every output (out_t's shape and dtype too), then the caches' values
     staged([(Expected(out, exp_shape, "out_t", OUT_AXES), dtype), *items], sizes=sizes, device=device,
            raw={"k_q": args[5], "v_q": args[6]}, values=("k_scale", "k_q", "v_scale", "v_q"))
+    check_code_range(k_q, "k_q", CACHE_AXES, k_scale, k_t)
+    check_code_range(v_q, "v_q", CACHE_AXES, v_scale, v_t)
     ref_out = mistakes.attend(q64, *own())                                          # (B, H, d), float64
     variants = lambda: mistakes.out_variants(q64, *own(), new=(k_t, v_t), dtype=dtype)   # noqa: E731
     expect.tensors([Expected(out, ref_out, "out_t", OUT_AXES, variants)], sizes=sizes, dtype=dtype, device=device)
