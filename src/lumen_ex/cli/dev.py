@@ -42,8 +42,8 @@ def new(directory: Path, slug: str, title: str, number: int | None, name: str | 
 @dev.command("check")
 @click.argument("packs", nargs=-1, type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option("--seeds", default="1,2,3", show_default=True,
-              help="Seeds every file is graded under: the reference and correct files must pass, buggy files fail "
-                   "as declared, each with one verdict at every seed.")
+              help="Seeds every file is graded under (a list, ranges included: 1-30): the reference and correct "
+                   "files must pass, buggy files fail as declared, each with one verdict at every seed.")
 @click.option("--close-seeds", default="4,5", show_default=True,
               help="More seeds for the files nearest the tolerance (the reference, correct files that used half a "
                    "tolerance or more, buggy files that fail by a small value difference); '' for none.")
@@ -79,13 +79,34 @@ def check(ctx, packs: tuple[Path, ...], seeds: str, close_seeds: str, sandbox: s
     ctx.exit(0 if report.ok else 1)
 
 
+MAX_SEEDS = 1000        # seeds one dev check may grade every file under (each costs a grading per file)
+
+
 def _seeds(option: str, text: str) -> tuple[int, ...]:
+    """``1,2,3`` or ranges ``1-30`` (both ends included), each a seed ``--seed`` would take; the same
+    seed named twice counts once."""
+    from lumen_ex.core import seeds
     from lumen_ex.core.errors import UsageError
 
-    try:
-        return tuple(int(s) for s in text.split(",") if s.strip())
-    except ValueError:
-        raise UsageError(f"{option} {text!r} is not a list of integers", f"For example {option} 1,2,3") from None
+    found: dict[int, None] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        first, sep, last = (t.strip() for t in part.partition("-"))
+        ends = [first, last] if sep else [first]
+        if not all(t.isascii() and t.isdigit() for t in ends):
+            raise UsageError(f"{option} {part[:40]!r} is neither a seed nor a range of seeds",
+                             f"For example {option} 1,2,3 or {option} 1-30")
+        if any(int(t) > seeds.MAX_SEED for t in ends):
+            raise UsageError(f"{option} {part[:40]!r} is out of range", f"Use seeds from 0 to {seeds.MAX_SEED}")
+        lo, hi = int(ends[0]), int(ends[-1])
+        if hi < lo:
+            raise UsageError(f"{option} {part[:40]!r} runs backwards", f"Write the smaller seed first: {option} {hi}-{lo}")
+        if len(found) + (hi - lo + 1) > MAX_SEEDS:
+            raise UsageError(f"{option} names more than {MAX_SEEDS} seeds",
+                             "Every file is graded once per seed: sweep in parts, for example --seeds 1-500")
+        found.update(dict.fromkeys(range(lo, hi + 1)))
+    return tuple(found)
 
 
 def render_report(report, debug: bool = False) -> None:
