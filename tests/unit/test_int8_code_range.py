@@ -12,7 +12,6 @@ In-process, on the project's own files: the inputs, the reference, the corpus fi
 
 from __future__ import annotations
 
-import importlib.util
 import warnings
 
 import pytest
@@ -32,12 +31,7 @@ HALF = [torch.float16, torch.bfloat16]
 
 
 def _divide_by_128():
-    path = ROOT / "corpus" / "buggy" / "divide_by_128.py"
-    spec = importlib.util.spec_from_file_location("corpus_divide_by_128", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.quantize_kv
+    return exercise_modules.load(ROOT / "corpus" / "buggy", "divide_by_128").quantize_kv
 
 
 def _quantized(fn, seed: int, dtype: torch.dtype):

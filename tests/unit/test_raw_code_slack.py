@@ -13,8 +13,6 @@ file's out_t ever is."""
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import math
 from pathlib import Path
 
@@ -37,13 +35,8 @@ SETTINGS = [("gqa", {}, torch.float32), ("mqa", {"H_kv": 1}, torch.float32),
             ("bfloat16", {"kv_amax": cases.KV_AMAX_LOW}, torch.bfloat16)]
 
 
-@functools.cache
 def _file(path: Path):
-    spec = importlib.util.spec_from_file_location(f"corpus_{path.parent.name}_{path.stem}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.int8_decode_step
+    return exercise_modules.load(path.parent, path.stem).int8_decode_step
 
 
 def _raw_codes_einsum(q_t, k_q, k_scale, v_q, v_scale, k_t, v_t):

@@ -9,7 +9,6 @@ with the seed). In-process, on the project's own files."""
 
 from __future__ import annotations
 
-import importlib.util
 import warnings
 
 import pytest
@@ -24,11 +23,7 @@ with warnings.catch_warnings():      # the suite's own marks (group) are registe
 
 
 def _step(name: str):
-    spec = importlib.util.spec_from_file_location(f"corpus_{name}", ROOT / "corpus" / "buggy" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return getattr(module, suite.FN)
+    return getattr(exercise_modules.load(ROOT / "corpus" / "buggy", name), suite.FN)
 
 
 def _stepped_gap(step, text: torch.Tensor) -> float:

@@ -212,7 +212,7 @@ def check_quantize(submission, x: torch.Tensor, *, dtype=torch.float32, device="
                             "torch.where(amax == 0, torch.ones_like(amax), amax / 127).")
     staged(items, sizes=sizes, device=device, values=("scale",))
     check_code_range(x_q, "x_q", X_AXES, scale, x)        # after the scales (the cause), before the codes' values
-    staged(items, sizes=sizes, device=device)
+    staged(items, sizes=sizes, device=device, values=("x_q",))
     return result
 
 
