@@ -36,15 +36,9 @@ import time
 from pathlib import Path
 
 import pytest
+from busy_time import busy_seconds  # bench/busy_time.py (the plugin runs with bench/ on PYTHONPATH)
 
 OUT_VARIABLE = "LUMEN_EX_SUITE_BY_TEST"     # where the plugin appends its records (a JSON line per test)
-
-
-def busy_seconds() -> float:
-    """The machine's busy time so far, in seconds of all cores together (/proc/stat's first line:
-    user, nice, system, irq, softirq, steal; idle and iowait are not busy)."""
-    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    return (sum(values[0:3]) + sum(values[5:8])) / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from busy_time import busy_seconds  # bench/busy_time.py: /proc/stat's busy time
 from common import PYTHON, ROOT  # bench/common.py: the checkout and this interpreter (the venv's)
 
 from lumen_ex.sandbox.bwrap import SANDBOX_UID  # the uid of bwrap's workers (nobody)
@@ -106,14 +107,6 @@ def table(records: list[Record]) -> list[tuple[str, int, float, int, float]]:
     return [(kind, count[kind], cpu[kind], big[kind], big_cpu[kind]) for kind in KINDS]
 
 
-def busy_ticks() -> int:
-    """The machine's busy time so far, in ticks of all cores together (/proc/stat's first line)."""
-    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    # user, nice, system, then irq, softirq, steal; idle and iowait are not busy, and guest time is
-    # already inside user and nice
-    return sum(values[0:3]) + sum(values[5:8])
-
-
 def main(argv: list[str]) -> int:
     accton, dump = shutil.which("accton"), shutil.which("dump-acct")
     if os.geteuid() != 0 or accton is None or dump is None:
@@ -124,12 +117,12 @@ def main(argv: list[str]) -> int:
         accounting = Path(scratch) / "acct"
         accounting.touch()
         subprocess.run([accton, str(accounting)], check=True, capture_output=True)
-        busy0, started = busy_ticks(), time.monotonic()
+        busy0, started = busy_seconds(), time.monotonic()
         try:
             code = subprocess.run([PYTHON, "-m", "pytest", *argv], cwd=ROOT).returncode
         finally:
             subprocess.run([accton, "off"], capture_output=True)
-        wall, busy = time.monotonic() - started, (busy_ticks() - busy0) / ticks
+        wall, busy = time.monotonic() - started, busy_seconds() - busy0
         records = parse_dump(subprocess.run([dump, str(accounting)], capture_output=True, text=True).stdout, ticks)
     cores = os.cpu_count() or 1
     recorded = sum(r.cpu for r in records)
