@@ -22,6 +22,9 @@ def test_lists_and_ranges_name_each_seed_once_in_order():
     assert _seeds("--close-seeds", "") == ()
     assert _seeds("--seeds", f"{MAX_SEED - 1}-{MAX_SEED}") == (MAX_SEED - 1, MAX_SEED)
     assert len(_seeds("--seeds", f"1-{MAX_SEEDS}")) == MAX_SEEDS
+    # a seed named twice counts once against the bound, too
+    assert _seeds("--seeds", f"1-{MAX_SEEDS},1-{MAX_SEEDS},{MAX_SEEDS},2-3") == tuple(range(1, MAX_SEEDS + 1))
+    assert _seeds("--seeds", f"1-600,500-{MAX_SEEDS}") == tuple(range(1, MAX_SEEDS + 1))
 
 
 @pytest.mark.parametrize(("text", "said", "next_step"), [
@@ -33,6 +36,7 @@ def test_lists_and_ranges_name_each_seed_once_in_order():
     (str(MAX_SEED + 1), "out of range", f"0 to {MAX_SEED}"),
     (f"1-{MAX_SEEDS + 1}", f"more than {MAX_SEEDS} seeds", "sweep in parts"),
     (f"1-{MAX_SEEDS},{MAX_SEEDS + 1}", f"more than {MAX_SEEDS} seeds", "sweep in parts"),
+    (f"1-600,500-{MAX_SEEDS + 1}", f"more than {MAX_SEEDS} seeds", "sweep in parts"),
 ])
 def test_a_bad_seed_is_one_line_and_the_next_step(text, said, next_step):
     with pytest.raises(UsageError) as raised:

@@ -102,7 +102,8 @@ def _seeds(option: str, text: str) -> tuple[int, ...]:
         lo, hi = int(ends[0]), int(ends[-1])
         if hi < lo:
             raise UsageError(f"{option} {part[:40]!r} runs backwards", f"Write the smaller seed first: {option} {hi}-{lo}")
-        if len(found) + (hi - lo + 1) > MAX_SEEDS:
+        # only the seeds not named before count (found holds at most MAX_SEEDS, so this is cheap)
+        if len(found) + (hi - lo + 1) - sum(lo <= seed <= hi for seed in found) > MAX_SEEDS:
             raise UsageError(f"{option} names more than {MAX_SEEDS} seeds",
                              "Every file is graded once per seed: sweep in parts, for example --seeds 1-500")
         found.update(dict.fromkeys(range(lo, hi + 1)))
