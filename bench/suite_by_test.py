@@ -77,11 +77,11 @@ def top(records: list[dict], n: int) -> list[dict]:
 
 
 def report(records: list[dict], n: int) -> str:
-    total = sum(r["busy"] for r in records) or 1.0
-    lines = [f"{len(records)} tests, {sum(r['busy'] for r in records):.0f} busy core-seconds, "
+    total = sum(r["busy"] for r in records)
+    lines = [f"{len(records)} tests, {total:.0f} busy core-seconds, "
              f"{sum(r['wall'] for r in records):.0f} s wall one at a time",
              f"{'core-s':>8} {'share':>6} {'wall s':>7} {'tests':>5}  module"]
-    lines += [f"{b:8.1f} {b / total:6.1%} {w:7.1f} {c:5d}  {m}" for m, b, w, c in by_module(records)]
+    lines += [f"{b:8.1f} {b / (total or 1.0):6.1%} {w:7.1f} {c:5d}  {m}" for m, b, w, c in by_module(records)]
     lines += ["", f"the {n} tests of most core-seconds", f"{'core-s':>8} {'wall s':>7}  test"]
     lines += [f"{r['busy']:8.1f} {r['wall']:7.1f}  {r['id']}" for r in top(records, n)]
     return "\n".join(lines)

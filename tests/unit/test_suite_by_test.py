@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -41,7 +40,7 @@ def test_the_plugin_records_every_test_of_a_real_run(tmp_path):
                            "-p", "no:cacheprovider", "test_sample.py"], cwd=tmp_path, env=env,
                           capture_output=True, text=True)
     assert proc.returncode == 1, proc.stdout + proc.stderr       # one test fails on purpose
-    records = [json.loads(line) for line in out.read_text().splitlines()]
+    records = suite_by_test.read_records(out)
     assert [r["id"] for r in records] == [
         "test_sample.py::test_passes", "test_sample.py::test_fails[1]", "test_sample.py::test_fails[2]"]
     assert all(r["busy"] >= 0 and r["wall"] > 0 for r in records), records
