@@ -22,7 +22,9 @@ import pytest
 from conftest import REFERENCES, requires_bwrap
 from proc_support import running_with, wait_until
 
+from lumen_ex.harness import deadline
 from lumen_ex.harness.client import WorkerCrashed, WorkerFailure, WorkerPool
+from lumen_ex.harness.memory import process_tree
 from lumen_ex.harness.proxy import LearnerModule
 from lumen_ex.sandbox import zygote as zygotes
 from lumen_ex.sandbox.base import WorkerSpec
@@ -112,6 +114,16 @@ PROBES = textwrap.dedent('''
         while True:
             pass
 
+    def burn(seconds):
+        """Run on the CPU for ``seconds`` of this process's own time, however long that takes."""
+        start = time.process_time()
+        while time.process_time() - start < seconds:
+            pass
+        return "burnt"
+
+    def nap(seconds):
+        time.sleep(seconds)
+
     def scratch_writes():
         import tempfile
         folder = tempfile.mkdtemp(prefix="probe-")
@@ -142,7 +154,7 @@ def pool_for(tmp_path: Path, launcher, limits: Limits = Limits(), call_timeout: 
     (ws / "probe" / "other.txt").write_text("learner file")
     spec = WorkerSpec(workspace=ws, module_dir=ws / "probe", device="cpu", limits=limits, warm=warm)
     names = ["facts", "try_connect", "try_resolve", "try_write", "try_read", "listdir", "fork_bomb",
-             "daemon", "eat_memory", "spin", "write_big", "scratch_writes"]
+             "daemon", "eat_memory", "spin", "burn", "nap", "write_big", "scratch_writes"]
     pool = WorkerPool(launcher, spec, module="probe_mod", functions=names, call_timeout=call_timeout)
     sub = LearnerModule(pool, "cpu", "probe_mod.py")
     sub.pool = pool
@@ -405,6 +417,69 @@ def test_call_timeout_kills_and_restarts(tmp_path):
         assert sub.pool.restarts == 1
     finally:
         sub.pool.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["bwrap", "forked", "none"])
+def test_a_busy_cpu_does_not_eat_a_calls_time_limit(tmp_path, request, monkeypatch, kind):
+    """A call's limit leaves out the time the worker waited for a CPU that other processes held
+    (src/lumen_ex/harness/deadline.py): 0.4 s of work sharing one CPU with three busy processes
+    takes about 1.6 s on the wall clock, over a 1 s limit, and still returns. An infinite loop under
+    the same load still runs out of time, and says how long it waited; a sleep waits for no CPU.
+    The cap on the stretch is raised here, so that the test suite's own load cannot reach it
+    (test_deadline_stretch_is_bounded holds the cap)."""
+    monkeypatch.setattr(deadline, "STRETCH", 20.0)
+    sub = pool_for(tmp_path, _launcher(kind, request), call_timeout=1.0)
+    hogs: list[subprocess.Popen] = []
+    try:
+        sub.facts()                               # started, before the load
+        _check_forked(sub, kind)
+        one_cpu = {min(os.sched_getaffinity(0))}
+        for pid in process_tree(sub.pool.worker.launched.proc.pid):
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                os.sched_setaffinity(int(tid), one_cpu)
+        hog = f"import os; os.sched_setaffinity(0, {one_cpu!r})\nwhile True: pass"
+        # each in a session of its own, as the worker is: the scheduler shares a CPU between sessions
+        hogs = [subprocess.Popen([sys.executable, "-I", "-c", hog], start_new_session=True) for _ in range(3)]
+        started = time.monotonic()
+        assert sub.burn(0.4) == "burnt"
+        assert time.monotonic() - started > 1.0, "the load did not slow the call past its limit: this test proves nothing"
+        assert sub.pool.restarts == 0
+        with pytest.raises(WorkerFailure, match=r"did not return within 1 s of its own time \(it also waited"):
+            sub.spin()
+        with pytest.raises(WorkerFailure) as slept:
+            sub.nap(60)
+        assert "for a CPU" not in str(slept.value), str(slept.value)
+    finally:
+        for hog_proc in hogs:
+            hog_proc.kill()
+            hog_proc.wait()
+        sub.pool.close()
+
+
+def test_deadline_stretch_is_bounded(monkeypatch):
+    """However long the worker waited for a CPU, a call's deadline moves to at most STRETCH times its
+    limit, and never past the run's own deadline; with no schedstat to read it does not move."""
+    monkeypatch.setattr(deadline, "MARK_AFTER", 0.0)
+    waits = {7: 0}
+    monkeypatch.setattr(deadline, "run_queue_waits", lambda root: dict(waits))
+    plain = deadline.StretchedDeadline(123, 2.0)
+    plain.tick()
+    assert not plain.stretch() and plain.note() == ""           # no wait, no move
+    waits[7] = int(1.5e9)
+    assert plain.stretch() and plain.at == pytest.approx(plain.started + 3.5)
+    assert "waited 1.5 s for a CPU" in plain.note()
+    waits[7] = int(100e9)
+    assert plain.stretch() and plain.at == pytest.approx(plain.started + 2.0 * deadline.STRETCH)
+    assert not plain.stretch()                                   # at the cap: no further
+    capped = deadline.StretchedDeadline(123, 2.0, latest=time.monotonic() + 2.5)
+    capped.tick()
+    waits[7] = int(200e9)
+    assert capped.stretch() and capped.at == pytest.approx(capped.latest) and capped.latest < capped.started + 2.6
+    monkeypatch.setattr(deadline, "run_queue_waits", lambda root: {})
+    blind = deadline.StretchedDeadline(123, 2.0)
+    blind.tick()
+    assert not blind.stretch()
 
 
 @pytest.mark.slow

@@ -24,6 +24,7 @@ import torch
 
 from lumen_ex.core.forbidden import ForbiddenAPI, as_apis
 from lumen_ex.harness import wire_replies
+from lumen_ex.harness.deadline import Deadline, StretchedDeadline
 from lumen_ex.harness.memory import Baseline, MemoryProbe, MemoryUse, baseline
 from lumen_ex.sandbox.base import Launched, Launcher, WorkerSpec
 from lumen_ex.sandbox.inside import wire
@@ -197,7 +198,7 @@ class Worker:
                 return
             self.output.add(chunk)
 
-    def _send(self, header: dict[str, Any], tensors: list[torch.Tensor], deadline: float) -> None:
+    def _send(self, header: dict[str, Any], tensors: list[torch.Tensor], deadline: Deadline) -> None:
         data = memoryview(wire.encode_frame(header, tensors))
         while data:
             self._wait(deadline, write=True)
@@ -209,13 +210,16 @@ class Worker:
                 raise self._fail(WorkerCrashed, self._died_message()) from None
             data = data[n:]
 
-    def _wait(self, deadline: float, write: bool = False) -> None:
+    def _wait(self, deadline: Deadline, write: bool = False) -> None:
         """Wait until the request pipe is writable (or, when reading, the reply pipe readable),
         draining learner output meanwhile."""
         fds_r = [self.launched.output_fd] + ([] if write else [self.launched.reply_fd])
         fds_w = [self.launched.request_fd] if write else []
         while True:
-            remaining = deadline - time.monotonic()
+            deadline.tick()
+            remaining = deadline.left()
+            if remaining <= 0 and deadline.stretch():
+                continue
             if remaining <= 0:
                 if not write and self.parser.partial:   # part of a frame, then silence
                     raise self._fail(WorkerProtocolError, protocol_message(
@@ -229,7 +233,7 @@ class Worker:
             if not self.launched.alive() and not readable:
                 raise self._fail(WorkerCrashed, self._died_message())
 
-    def _read_frame(self, deadline: float) -> tuple[dict[str, Any], list[torch.Tensor]]:
+    def _read_frame(self, deadline: Deadline) -> tuple[dict[str, Any], list[torch.Tensor]]:
         while True:
             try:
                 frame = self.parser.next_frame()
@@ -255,7 +259,7 @@ class Worker:
     def wait_hello(self, deadline: float) -> Hello:
         if self.hello is None:
             try:
-                header, _ = self._read_frame(deadline)
+                header, _ = self._read_frame(Deadline(deadline))
             except WorkerTimeout as exc:
                 raise WorkerTimeout("the sandbox did not start in time (torch import too slow?)", exc.output) from None
             try:
@@ -267,9 +271,12 @@ class Worker:
             self.output.take()
         return self.hello
 
-    def request(self, header: dict[str, Any], tensors: list[torch.Tensor], timeout: float) -> Reply:
-        """Send one request and return its validated reply, or raise a WorkerFailure."""
-        deadline = time.monotonic() + timeout
+    def request(self, header: dict[str, Any], tensors: list[torch.Tensor], timeout: float,
+                latest: float | None = None) -> Reply:
+        """Send one request and return its validated reply, or raise a WorkerFailure. ``timeout``
+        leaves out the time a busy machine kept the worker waiting for a CPU (harness/deadline.py),
+        up to ``latest`` on the monotonic clock when given."""
+        deadline = StretchedDeadline(self.launched.proc.pid, timeout, latest)
         rid = self.next_id
         self.next_id += 1
         self._send(dict(header, id=rid), tensors, deadline)
@@ -277,7 +284,8 @@ class Worker:
             reply, out = self._read_frame(deadline)
         except WorkerTimeout as exc:
             callee = str(header.get("fn") or "")[:80] if header.get("op") == "call" else ""
-            raise WorkerTimeout(f"{callee or 'the call'} did not return within {timeout:g} s", exc.output) from None
+            raise WorkerTimeout(f"{callee or 'the call'} did not return within {timeout:g} s{deadline.note()}",
+                                exc.output) from None
         if type(reply.get("id")) is not int or reply["id"] != rid:
             raise self._fail(WorkerProtocolError, protocol_message("an answer out of turn (reply id mismatch)"))
         try:
@@ -377,7 +385,7 @@ class WorkerPool:
                              "level, or cached) and pass the same one to every call, not a new one per call")
         tensors: list[torch.Tensor] = []
         value = wire.pack(item.value, tensors, dicts=True)[0]
-        reply = worker.request({"op": "hold", "key": item.key, "value": value}, tensors, limit)
+        reply = worker.request({"op": "hold", "key": item.key, "value": value}, tensors, limit, self.run_deadline)
         if reply.header.get("ok") is not True:
             raise worker._fail(WorkerProtocolError, protocol_message("the worker did not keep a value it was sent"))
         worker.holds.add(item.key)
@@ -412,7 +420,7 @@ class WorkerPool:
                     load["source"] = "tensor"           # the bytes travel as the frame's one tensor
                     sent = [torch.frombuffer(bytearray(self.source), dtype=torch.uint8) if self.source
                             else torch.empty(0, dtype=torch.uint8)]
-                reply = worker.request(load, sent, self._timeout(self.call_timeout))
+                reply = worker.request(load, sent, self._timeout(self.call_timeout), self.run_deadline)
                 try:
                     ok = wire_replies.check_ok(reply.header)
                     checked = (wire_replies.check_functions(reply.header.get("functions"), self.functions) if ok
@@ -454,7 +462,7 @@ class WorkerPool:
             setup["kernel"] = {"language": self.kernel, "interpret": self.spec.device != "cuda" and not self.compiling}
         limit = self._timeout(self.call_timeout)    # past the run's deadline: the learner's earlier tests spent it
         try:
-            reply = worker.request(setup, [], limit)
+            reply = worker.request(setup, [], limit, self.run_deadline)
         except (WorkerTimeout, WorkerCrashed) as exc:   # no answer: it did not get as far as the learner's import
             raise self._not_ready("did not get ready", exc) from None
         try:
@@ -483,7 +491,7 @@ class WorkerPool:
                 if item.key not in worker.holds:
                     self._hold(worker, item, limit)
             probe = MemoryProbe(worker.launched, worker.memory_base) if measure_memory else None
-            reply = worker.request(header, tensors, limit)
+            reply = worker.request(header, tensors, limit, self.run_deadline)
             if probe is not None:
                 reply.memory, probe = probe.finish(), None
             return reply
