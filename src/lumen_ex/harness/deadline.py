@@ -10,7 +10,8 @@ verdict" forbids. Linux counts that wait for each thread: the second field of
 So a ``StretchedDeadline`` moves itself later by the time the worker's threads waited for a CPU
 during the request (the thread that waited longest; a worker runs one thread, see ``OMP_NUM_THREADS``
 in src/lumen_ex/sandbox/base.py). Time the worker spends running, sleeping or blocked still counts:
-an infinite loop or a ``time.sleep(100)`` runs out of time as before. Two bounds hold whatever the
+an infinite loop or a ``time.sleep(100)`` runs out of time as before. The learner's code can make
+that wait itself (processes of its own that keep the CPU busy), so two bounds hold whatever the
 load: never later than ``STRETCH`` times the limit, and never past the run's own deadline. Where
 schedstat cannot be read, nothing is added and the limit is plain wall time.
 
