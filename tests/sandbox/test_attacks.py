@@ -440,7 +440,10 @@ def test_infinite_loop_times_out_once(tmp_path):
     run = check(tmp_path, "infinite_loop", "bwrap", select="test_causal_mask_on_device or test_values")
     assert_defeated(run)
     r = run.result
-    assert run.seconds < 30, f"the check took {run.seconds:.1f} s"
+    # one call limit (10 s), plus what a busy machine kept the loop waiting for a CPU, which the
+    # limit leaves out and the message states (src/lumen_ex/harness/deadline.py)
+    waited = sum(float(s) for t in r.tests for s in re.findall(r"waited ([0-9.]+) s for a CPU", t.message))
+    assert run.seconds < 30 + waited, f"the check took {run.seconds:.1f} s ({waited:.1f} s of it waiting for a CPU)"
     timed_out = [t.id for t in r.tests if t.status is Status.TIMEOUT]
     assert timed_out == ["test_attention.py::test_causal_mask_on_device"], describe(r)
     values = [t for t in r.tests if "test_values" in t.id]
