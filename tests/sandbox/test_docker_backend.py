@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -677,26 +678,17 @@ def test_isolation_inside_the_container(tmp_path):
 
 HANG = "import time\nwhile True:\n    time.sleep(0.1)\n"
 
-# At import (after the reference's code): three processes of its own that spin on the CPU this one is moved to, then 3 s of this
-# process's own CPU time, which then takes about 12 s on the wall clock: over the 10 s call limit.
-SHARED_CPU_IMPORT = textwrap.dedent('''
-    import os, signal, time
+# At import: a process of its own that spins on the CPU this one is moved to, then an endless loop
+# beside it. Half of the loop's wall time is spent waiting for that CPU.
+SHARED_CPU_LOOP = textwrap.dedent('''
+    import os
     _cpu = {min(os.sched_getaffinity(0))}
     os.sched_setaffinity(0, _cpu)
-    _kids = []
-    for _ in range(3):
-        _pid = os.fork()
-        if _pid == 0:
-            while True:
-                pass
-        _kids.append(_pid)
-    _wall, _own = time.monotonic(), time.process_time()
-    while time.process_time() - _own < 3.0:
+    if os.fork() == 0:
+        while True:
+            pass
+    while True:
         pass
-    for _pid in _kids:
-        os.kill(_pid, signal.SIGKILL)
-        os.waitpid(_pid, 0)
-    print(f"IMPORT WALL {time.monotonic() - _wall:.1f}")
 ''')
 
 
@@ -704,32 +696,15 @@ SHARED_CPU_IMPORT = textwrap.dedent('''
 @pytest.mark.slow
 def test_inside_the_container_a_calls_limit_leaves_out_its_wait_for_a_cpu(tmp_path):
     """The harness inside the container reads the learner's process (another user) as it does on the
-    host (src/lumen_ex/harness/deadline.py): an import that does 3 s of work while sharing its CPU with
-    three spinning processes of its own passes the 10 s limit on the wall clock, and the import still
-    returns: the contract's test passes and no test timed out. (The other tests fail, rightly: the file
-    imports ``os``, outside the exercise's allowlist.) It takes 15 s or more: the slow import is the point."""
-    source = EX1.reference_path.read_text() + SHARED_CPU_IMPORT
-    result = _grade(tmp_path, 1, source, "docker")
-    walls = [float(line.split()[-1]) for t in result.tests for line in t.output.splitlines()
-             if line.startswith("IMPORT WALL")]
-    timed_out = [t.message for t in result.tests if "did not return" in t.message]
-    assert not timed_out, timed_out[0]
-    assert walls and walls[0] > 10.0, f"the import took {walls} s: under the limit, this test proves nothing"
-    assert result.tests[0].status is Status.PASS, summary(result)
-    assert all("imports os" in t.message for t in result.tests[1:] if t.status is Status.FAIL), summary(result)
-
-
-@needs_docker
-@pytest.mark.slow
-def test_real_wall_clock_limit_kills_the_container(tmp_path):
-    from lumen_ex.image import tag as image
-
-    ws = _ws(tmp_path, 1, HANG)
-    started = time.monotonic()
-    result = DockerSandbox(image.status().ref, wall_limit=8).run_check(EX1, ws, seed=1, device="cpu")
-    assert time.monotonic() - started < 40
-    assert result.status is Status.ERROR and "wall-clock" in result.message
-    assert containers_of_workspace(ws) == []
+    host (src/lumen_ex/harness/deadline.py): an endless loop at import that shares its CPU with a
+    spinning process of its own runs out of time after 10 s of its own time, and its message states
+    the wait it was given on top; every test is that timeout. It takes 20 to 30 s (the loop's 10 s
+    of its own time, at half a CPU or less, to at most three times the limit): the wait is the point."""
+    result = _grade(tmp_path, 1, SHARED_CPU_LOOP, "docker")
+    graded = [t for t in result.tests if t.status is not Status.SKIPPED]
+    assert graded and all(t.status is Status.TIMEOUT for t in graded), summary(result)
+    waited = re.search(r"within 10 s of its own time \(it also waited ([0-9.]+) s for a CPU", graded[0].message)
+    assert waited and float(waited.group(1)) > 1.0, graded[0].message
 
 
 @needs_docker
